@@ -1,0 +1,126 @@
+/* commit_log.h: the CommitLog: encode and append records (rmq_format.h
+ * section 2) to a MappedFileQueue, batch append, decode, verify and scan.
+ *
+ * Threading: append/scan on the owner thread (the event loop holds the "put
+ * lock"); decode and the record helpers are pure. */
+#ifndef RMQ_COMMIT_LOG_H
+#define RMQ_COMMIT_LOG_H
+
+#include <stdint.h>
+
+#include "mapped_file_queue.h"
+#include "topic_queue_table.h"
+
+/* One message to append. Pointers are borrowed for the call. */
+typedef struct rmq_msg_in {
+    const uint8_t *topic;
+    int32_t topic_len;
+    int32_t queue_id;
+    int32_t flag;
+    const uint8_t *body;
+    int32_t body_len;
+    const uint8_t *props;
+    int32_t props_len;
+    int32_t sysflag;
+    int64_t born_timestamp;
+    const uint8_t *born_host; /* 8 bytes (IPv4 + port) or 20 (IPv6 + port) */
+    int32_t born_host_len;
+    int32_t reconsume_times;
+    int64_t prepared_tx_offset;
+} rmq_msg_in_t;
+
+typedef struct rmq_append_result {
+    int64_t phys_offset;     /* first record */
+    int64_t queue_offset;    /* first record */
+    int64_t wrote_bytes;     /* all records */
+    int32_t count;           /* records written */
+    int32_t rolled;          /* a new segment was started */
+    int64_t store_timestamp; /* ms */
+} rmq_append_result_t;
+
+/* A decoded record: pointers into the buffer it was decoded from. */
+typedef struct rmq_record_view {
+    int32_t total_size;
+    int32_t magic;
+    int32_t body_crc;
+    int32_t queue_id;
+    int32_t flag;
+    int64_t queue_offset;
+    int64_t phys_offset;
+    int32_t sysflag;
+    int64_t born_timestamp;
+    const uint8_t *born_host;
+    int32_t born_host_len;
+    int64_t store_timestamp;
+    const uint8_t *store_host;
+    int32_t store_host_len;
+    int32_t reconsume_times;
+    int64_t prepared_tx_offset;
+    const uint8_t *body;
+    int32_t body_len;
+    const uint8_t *topic;
+    int32_t topic_len;
+    const uint8_t *props;
+    int32_t props_len;
+} rmq_record_view_t;
+
+typedef struct rmq_commit_log {
+    rmq_mfq_t *mfq;
+    rmq_tq_table_t *table;    /* next queue offsets; borrowed */
+    int32_t max_message_size; /* limit on a body (and on a batch body) */
+    int32_t max_queue_nums;   /* queue ids are 0 .. max_queue_nums-1 */
+    uint8_t store_host[20];
+    int32_t store_host_len;
+} rmq_commit_log_t;
+
+/* RocketMQ's topic rule: 1..127 bytes of [%|a-zA-Z0-9_-]. */
+int rmq_validate_topic(const uint8_t *topic, int32_t len);
+
+/* Whole record size for these field sizes. */
+int64_t rmq_record_size(int32_t body_len, int32_t topic_len, int32_t props_len,
+                        int32_t born_host_len, int32_t store_host_len);
+
+/* Append one record: validates first (nothing is written on error), assigns
+ * physical offset, queue offset and store time. Owner thread. May block
+ * creating a segment when none was prepared. */
+int rmq_commit_log_append(rmq_commit_log_t *cl, const rmq_msg_in_t *m, rmq_append_result_t *r);
+
+/* Append every entry of a batch body (rmq_format.h section 4) as its own
+ * record with consecutive queue offsets, all in one segment. proto gives
+ * topic, queue id, sysflag, born time/host and reconsume times; its body,
+ * props and flag are ignored. Validates the whole batch first. */
+int rmq_commit_log_append_batch(rmq_commit_log_t *cl, const rmq_msg_in_t *proto,
+                                const uint8_t *batch, int64_t batch_len, rmq_append_result_t *r);
+
+/* Decode the record at buf (avail bytes readable). RMQ_ECORRUPT if the
+ * structure is inconsistent; RMQ_ENOT_FOUND for a blank (end-of-file) record
+ * or zero bytes (never written). Does not check the CRC. Pure. */
+int rmq_record_decode(const uint8_t *buf, int64_t avail, rmq_record_view_t *v);
+
+/* 1 when the stored BODYCRC matches the body. Pure. */
+int rmq_record_crc_ok(const rmq_record_view_t *v);
+
+/* Find property name in a properties string; *val and *val_len point into props.
+ * Returns 1 when found. Pure. */
+int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
+                  int32_t *val_len);
+
+/* Scan from offset (a record boundary) to the end of written data, checking
+ * each record's structure, position and (check_crc) CRC. *end receives the
+ * offset after the last good record, *count the number of good records and
+ * *last_store_ts the store time of the last one. Owner thread. */
+int rmq_commit_log_scan(rmq_commit_log_t *cl, int64_t offset, int check_crc, int64_t *end,
+                        int64_t *count, int64_t *last_store_ts);
+
+/* Pin the segment holding offset and point *rec at it; *avail is what is
+ * readable there up to the write position. Any thread; unpin *mf. */
+int rmq_commit_log_read_pinned(rmq_commit_log_t *cl, int64_t offset, rmq_mapped_file_t **mf,
+                               const uint8_t **rec, int64_t *avail);
+
+/* The next record boundary after a blank record at offset: the next segment. */
+int64_t rmq_commit_log_roll_next(const rmq_commit_log_t *cl, int64_t offset);
+
+/* Wall clock in ms. */
+int64_t rmq_now_ms(void);
+
+#endif /* RMQ_COMMIT_LOG_H */

@@ -1,0 +1,203 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "consume_queue.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endian.h"
+#include "rmq_errors.h"
+#include "rmq_format.h"
+
+#define UNIT RMQ_CQ_STORE_UNIT_SIZE
+
+int rmq_cq_open(const char *dir, int32_t queue_id, int64_t units_per_file, rmq_consume_queue_t **out) {
+    *out = NULL;
+    if (units_per_file <= 0) return RMQ_EBAD_ARG;
+    rmq_consume_queue_t *cq = calloc(1, sizeof(*cq));
+    if (!cq) return -ENOMEM;
+    int rc = rmq_mfq_open(dir, units_per_file * UNIT, 0, &cq->mfq);
+    if (rc != RMQ_OK) {
+        free(cq);
+        return rc;
+    }
+    cq->queue_id = queue_id;
+    cq->min_logic_offset = rmq_mfq_min_offset(cq->mfq);
+    *out = cq;
+    return RMQ_OK;
+}
+
+void rmq_cq_close(rmq_consume_queue_t *cq) {
+    if (!cq) return;
+    rmq_mfq_close(cq->mfq);
+    free(cq);
+}
+
+void rmq_cq_destroy(rmq_consume_queue_t *cq) {
+    if (!cq) return;
+    rmq_mfq_destroy_all(cq->mfq);
+    rmq_cq_close(cq);
+}
+
+int64_t rmq_cq_min_offset(rmq_consume_queue_t *cq) {
+    return __atomic_load_n(&cq->min_logic_offset, __ATOMIC_ACQUIRE) / UNIT;
+}
+
+int64_t rmq_cq_max_offset(rmq_consume_queue_t *cq) { return rmq_mfq_max_offset(cq->mfq) / UNIT; }
+
+static void write_unit(uint8_t *p, int64_t phys, int32_t size, int64_t tags) {
+    rmq_put_be64(p, phys);
+    rmq_put_be32(p + 8, size);
+    rmq_put_be64(p + 12, tags);
+}
+
+static void read_unit(const uint8_t *p, rmq_cq_unit_t *u) {
+    u->phys_offset = rmq_get_be64(p);
+    u->size = rmq_get_be32(p + 8);
+    u->tags_code = rmq_get_be64(p + 12);
+}
+
+int rmq_cq_put(rmq_consume_queue_t *cq, int64_t qoff, int64_t phys_offset, int32_t size,
+               int64_t tags_code) {
+    if (qoff < 0) return RMQ_EBAD_ARG;
+    int64_t pos = qoff * UNIT;
+    int empty = rmq_mfq_last(cq->mfq) == NULL;
+    int64_t max = rmq_mfq_max_offset(cq->mfq);
+    if (!empty && pos < max) return RMQ_OK; /* already there */
+    for (;;) {
+        rmq_mapped_file_t *f;
+        int rc = rmq_mfq_last_for_append(cq->mfq, pos, &f);
+        if (rc != RMQ_OK) return rc;
+        if (empty) {
+            __atomic_store_n(&cq->min_logic_offset, pos, __ATOMIC_RELEASE);
+            empty = 0;
+        }
+        int64_t wrote = rmq_mapped_file_wrote(f);
+        int64_t rel = pos - f->from_offset;
+        if (rel >= f->file_size) {
+            /* Gap across a segment: mark this one full and continue. */
+            rmq_mapped_file_set_wrote(f, f->file_size);
+            continue;
+        }
+        if (rel < wrote) return RMQ_OK;
+        /* Units between wrote and rel stay zero: empty. */
+        write_unit(f->base + rel, phys_offset, size, tags_code);
+        rmq_mapped_file_set_wrote(f, rel + UNIT);
+        if (phys_offset + size > cq->max_phy_end) cq->max_phy_end = phys_offset + size;
+        return RMQ_OK;
+    }
+}
+
+int rmq_cq_get(rmq_consume_queue_t *cq, int64_t qoff, rmq_cq_unit_t *u) {
+    if (qoff < rmq_cq_min_offset(cq) || qoff >= rmq_cq_max_offset(cq)) return RMQ_ENOT_FOUND;
+    rmq_mapped_file_t *f;
+    int64_t pos = qoff * UNIT;
+    int rc = rmq_mfq_find_pinned(cq->mfq, pos, &f);
+    if (rc != RMQ_OK) return rc;
+    read_unit(f->base + (pos - f->from_offset), u);
+    rmq_mapped_file_unpin(f);
+    return RMQ_OK;
+}
+
+int rmq_cq_read_filtered(rmq_consume_queue_t *cq, int64_t qoff, int64_t max_scan,
+                         const int32_t *tags, int ntags, rmq_cq_unit_t *out, int64_t *out_qoffs,
+                         int max_out, int *n_out, int64_t *scanned) {
+    *n_out = 0;
+    *scanned = 0;
+    int64_t max = rmq_cq_max_offset(cq);
+    if (qoff < rmq_cq_min_offset(cq)) return RMQ_ENOT_FOUND;
+    int64_t n = 0;
+    int kept = 0;
+    while (n < max_scan && qoff + n < max && kept < max_out) {
+        int64_t pos = (qoff + n) * UNIT;
+        rmq_mapped_file_t *f;
+        int rc = rmq_mfq_find_pinned(cq->mfq, pos, &f);
+        if (rc != RMQ_OK) break;
+        int64_t file_end = f->from_offset + rmq_mapped_file_wrote(f);
+        const uint8_t *p = f->base + (pos - f->from_offset);
+        while (n < max_scan && pos < file_end && kept < max_out) {
+            rmq_cq_unit_t u;
+            read_unit(p, &u);
+            int keep = u.size > 0;
+            if (keep && ntags > 0) {
+                keep = 0;
+                int32_t code = (int32_t)u.tags_code;
+                for (int i = 0; i < ntags; i++)
+                    if (tags[i] == code) {
+                        keep = 1;
+                        break;
+                    }
+            }
+            if (keep) {
+                out[kept] = u;
+                if (out_qoffs) out_qoffs[kept] = qoff + n;
+                kept++;
+            }
+            n++;
+            pos += UNIT;
+            p += UNIT;
+        }
+        rmq_mapped_file_unpin(f);
+    }
+    *n_out = kept;
+    *scanned = n;
+    return RMQ_OK;
+}
+
+int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end) {
+    rmq_mfq_t *q = cq->mfq;
+    if (q->count == 0) return RMQ_OK;
+    /* Files come back from open with wrote = file size; find the real end:
+     * the last unit that is set, increasing and inside the CommitLog. Scan
+     * forward from the start of the last 3 segments (RocketMQ does too). */
+    int first = q->count > 3 ? q->count - 3 : 0;
+    int64_t pos = q->files[first]->from_offset;
+    if (pos < cq->min_logic_offset) pos = cq->min_logic_offset;
+    int64_t end = pos, last_phys = -1, last_end = 0;
+    for (int i = first; i < q->count; i++) {
+        rmq_mapped_file_t *f = q->files[i];
+        int64_t rel = pos > f->from_offset ? pos - f->from_offset : 0;
+        int stop = 0;
+        for (; rel + UNIT <= f->file_size; rel += UNIT) {
+            rmq_cq_unit_t u;
+            read_unit(f->base + rel, &u);
+            if (u.size == 0 && u.phys_offset == 0) {
+                /* Empty unit: a gap, or the end. Look ahead for later units. */
+                continue;
+            }
+            if (u.size <= 0 || u.phys_offset < 0 || u.phys_offset <= last_phys ||
+                u.phys_offset + u.size > phy_end) {
+                stop = 1;
+                break;
+            }
+            last_phys = u.phys_offset;
+            last_end = u.phys_offset + u.size;
+            end = f->from_offset + rel + UNIT;
+        }
+        if (stop) break;
+    }
+    int rc = rmq_mfq_truncate_dirty(q, end);
+    cq->max_phy_end = last_end;
+    if (cq->min_logic_offset > end) cq->min_logic_offset = end;
+    return rc;
+}
+
+int rmq_cq_delete_expired(rmq_consume_queue_t *cq, int64_t clog_min) {
+    /* Move min_logic_offset to the first unit that still points into the
+     * CommitLog, then drop whole segments below it. */
+    int64_t q = rmq_cq_min_offset(cq), max = rmq_cq_max_offset(cq);
+    while (q < max) {
+        rmq_cq_unit_t u;
+        if (rmq_cq_get(cq, q, &u) != RMQ_OK) break;
+        if (u.size > 0 && u.phys_offset >= clog_min) break;
+        q++;
+    }
+    __atomic_store_n(&cq->min_logic_offset, q * UNIT, __ATOMIC_RELEASE);
+    return rmq_mfq_delete_before(cq->mfq, q * UNIT);
+}
+
+int rmq_cq_flush(rmq_consume_queue_t *cq, int least_pages) {
+    return rmq_mfq_flush(cq->mfq, least_pages, NULL);
+}

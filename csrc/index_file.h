@@ -1,0 +1,98 @@
+/* index_file.h: RocketMQ's hash IndexFile (layout: rmq_format.h section 6) and
+ * the IndexService that keeps a directory of them.
+ *
+ * Keys are hashed as Java String.hashCode(topic + "#" + key) (computed without
+ * building the string), made non-negative as RocketMQ does (abs, 0 if still
+ * negative). Lookups return candidate physical offsets: distinct keys can
+ * share a hash, so callers re-check the key against the record.
+ *
+ * Threading: put/flush/query/delete on one IndexService may come from
+ * different threads; the service serialises them with its own mutex. All
+ * functions may block (file creation, msync, unlink). */
+#ifndef RMQ_INDEX_FILE_H
+#define RMQ_INDEX_FILE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mapped_file.h"
+
+typedef struct rmq_index_file {
+    rmq_mapped_file_t *mf;
+    int32_t hash_slot_num;
+    int32_t index_num;
+} rmq_index_file_t;
+
+/* Open or create (create=1) one IndexFile of 40 + slots*4 + num*20 bytes.
+ * A new file gets index_count = 1. An existing file whose size does not
+ * match is RMQ_ECORRUPT. */
+int rmq_index_file_open(const char *path, int32_t hash_slot_num, int32_t index_num, int create,
+                        rmq_index_file_t **out);
+
+/* Add one entry for topic#key. RMQ_EFULL when index_count == index_num.
+ * Updates the header (timestamps, phy offsets, counts). */
+int rmq_index_file_put_key(rmq_index_file_t *f, const uint8_t *topic, size_t topic_len,
+                           const uint8_t *key, size_t key_len, int64_t phy_offset,
+                           int64_t store_timestamp);
+
+/* Newest first: up to max offsets of entries for topic#key whose store time is
+ * within [begin_ts, end_ts] (ms). *n receives the count. */
+int rmq_index_file_select(const rmq_index_file_t *f, const uint8_t *topic, size_t topic_len,
+                          const uint8_t *key, size_t key_len, int64_t begin_ts, int64_t end_ts,
+                          int64_t *out, int max, int *n);
+
+/* Header accessors (read from the mapping). */
+int64_t rmq_index_file_begin_timestamp(const rmq_index_file_t *f);
+int64_t rmq_index_file_end_timestamp(const rmq_index_file_t *f);
+int64_t rmq_index_file_begin_phy_offset(const rmq_index_file_t *f);
+int64_t rmq_index_file_end_phy_offset(const rmq_index_file_t *f);
+int32_t rmq_index_file_index_count(const rmq_index_file_t *f);
+
+int rmq_index_file_flush(rmq_index_file_t *f);
+void rmq_index_file_close(rmq_index_file_t *f, int unlink_file);
+
+typedef struct rmq_index_service {
+    char *dir;
+    int32_t hash_slot_num;
+    int32_t index_num;
+    rmq_index_file_t **files; /* oldest first */
+    int count;
+    int cap;
+    pthread_mutex_t lock;
+} rmq_index_service_t;
+
+/* Open dir (created if missing), loading every IndexFile in it (names are
+ * yyyyMMddHHmmssSSS of creation time; files that are not 17 digits are left
+ * alone). */
+int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index_num,
+                           rmq_index_service_t **out);
+
+/* Index topic#key -> phy_offset; opens a new file when the last is full
+ * (named by the current wall-clock time, bumped by 1 ms on a name clash). */
+int rmq_index_service_put(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,
+                          const uint8_t *key, size_t key_len, int64_t phy_offset,
+                          int64_t store_timestamp);
+
+/* Query every file whose [begin,end] timestamps overlap [begin_ts,end_ts],
+ * newest file first; at most max offsets, duplicates removed. */
+int rmq_index_service_query(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,
+                            const uint8_t *key, size_t key_len, int64_t begin_ts, int64_t end_ts,
+                            int64_t *out, int max, int *n);
+
+/* end_phy_offset of the newest file (-1 when there is none). */
+int64_t rmq_index_service_end_phy_offset(rmq_index_service_t *s);
+
+int rmq_index_service_flush(rmq_index_service_t *s);
+
+/* Delete whole files whose end_phy_offset < min_phy_offset (never the newest).
+ * Returns the number deleted, or a negative status. */
+int rmq_index_service_delete_before(rmq_index_service_t *s, int64_t min_phy_offset);
+
+/* Delete files whose begin_phy_offset >= phy_offset (recovery after the
+ * CommitLog was truncated below them). Returns the number deleted. */
+int rmq_index_service_truncate(rmq_index_service_t *s, int64_t phy_offset);
+
+void rmq_index_service_close(rmq_index_service_t *s);
+
+#endif /* RMQ_INDEX_FILE_H */

@@ -1,0 +1,134 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "mapped_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rmq_errors.h"
+#include "rmq_format.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+static int64_t g_live;
+
+int64_t rmq_mapped_file_live_count(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
+
+static int presize(int fd, int64_t have, int64_t want) {
+    if (have >= want) return RMQ_OK;
+    /* fallocate reserves blocks (so a full disk fails here, not at a page
+     * fault later); filesystems without it get a sparse extension. */
+    int rc = posix_fallocate(fd, have, want - have);
+    if (rc == 0) return RMQ_OK;
+    if (rc != EOPNOTSUPP && rc != EINVAL) return -rc;
+    if (ftruncate(fd, (off_t)want) != 0) return -errno;
+    return RMQ_OK;
+}
+
+int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_size,
+                         int create, rmq_mapped_file_t **out) {
+    *out = NULL;
+    if (file_size <= 0 || from_offset < 0) return RMQ_EBAD_ARG;
+    int created = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        created = 1;
+    }
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    if (st.st_size > file_size) {
+        close(fd);
+        return RMQ_ECORRUPT; /* larger than a segment: not ours */
+    }
+    int rc = presize(fd, (int64_t)st.st_size, file_size);
+    if (rc != RMQ_OK) {
+        close(fd);
+        if (created) unlink(path);
+        return rc;
+    }
+    void *base = mmap(NULL, (size_t)file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        int e = -errno;
+        close(fd);
+        if (created) unlink(path);
+        return e;
+    }
+    rmq_mapped_file_t *f = calloc(1, sizeof(*f));
+    char *p = strdup(path);
+    if (!f || !p) {
+        free(f);
+        free(p);
+        munmap(base, (size_t)file_size);
+        close(fd);
+        return -ENOMEM;
+    }
+    f->path = p;
+    f->fd = fd;
+    f->base = base;
+    f->file_size = file_size;
+    f->from_offset = from_offset;
+    f->refs = 1;
+    __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
+    *out = f;
+    return RMQ_OK;
+}
+
+void rmq_mapped_file_warm(rmq_mapped_file_t *f) {
+    (void)madvise(f->base, (size_t)f->file_size, MADV_POPULATE_READ);
+}
+
+int rmq_mapped_file_flush(rmq_mapped_file_t *f, int least_pages, int64_t *flushed) {
+    int64_t wrote = rmq_mapped_file_wrote(f);
+    int64_t done = rmq_mapped_file_flushed(f);
+    if (flushed) *flushed = done;
+    if (wrote <= done) return RMQ_OK;
+    if (least_pages > 0 &&
+        wrote / RMQ_OS_PAGE_SIZE - done / RMQ_OS_PAGE_SIZE < least_pages)
+        return RMQ_OK;
+    int64_t start = done & ~(int64_t)(RMQ_OS_PAGE_SIZE - 1);
+    if (msync(f->base + start, (size_t)(wrote - start), MS_SYNC) != 0) return -errno;
+    /* Concurrent flushers: only move forward. */
+    int64_t cur = done;
+    while (cur < wrote &&
+           !__atomic_compare_exchange_n(&f->flushed_pos, &cur, wrote, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+    }
+    if (flushed) *flushed = rmq_mapped_file_flushed(f);
+    return RMQ_OK;
+}
+
+void rmq_mapped_file_pin(rmq_mapped_file_t *f) { __atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL); }
+
+static void free_file(rmq_mapped_file_t *f) {
+    munmap(f->base, (size_t)f->file_size);
+    close(f->fd);
+    if (f->unlink_on_free) unlink(f->path);
+    free(f->path);
+    free(f);
+    __atomic_sub_fetch(&g_live, 1, __ATOMIC_RELAXED);
+}
+
+void rmq_mapped_file_unpin(rmq_mapped_file_t *f) {
+    if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) free_file(f);
+}
+
+void rmq_mapped_file_destroy(rmq_mapped_file_t *f, int unlink_file) {
+    if (!f) return;
+    if (__atomic_exchange_n(&f->destroyed, 1, __ATOMIC_ACQ_REL)) return;
+    f->unlink_on_free = unlink_file;
+    rmq_mapped_file_unpin(f);
+}

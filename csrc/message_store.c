@@ -1,0 +1,775 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "message_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "java_hash.h"
+#include "rmq_errors.h"
+#include "rmq_format.h"
+
+/* Index keys of one record, as RocketMQ's IndexService.buildIndex: the
+ * UNIQ_KEY, and each space-separated item of KEYS. */
+static int index_record(rmq_store_t *s, const rmq_record_view_t *v) {
+    int tx = v->sysflag & RMQ_SYSFLAG_TRANSACTION_MASK;
+    if (tx == RMQ_SYSFLAG_TRANSACTION_ROLLBACK) return RMQ_OK;
+    const uint8_t *val;
+    int32_t len;
+    int rc = RMQ_OK;
+    if (rmq_props_get(v->props, v->props_len, "UNIQ_KEY", &val, &len) && len > 0)
+        rc = rmq_index_service_put(s->index, v->topic, (size_t)v->topic_len, val, (size_t)len,
+                                   v->phys_offset, v->store_timestamp);
+    if (rc != RMQ_OK) return rc;
+    if (rmq_props_get(v->props, v->props_len, "KEYS", &val, &len)) {
+        const uint8_t *p = val, *end = val + len;
+        while (p < end) {
+            const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
+            if (!sp) sp = end;
+            if (sp > p) {
+                rc = rmq_index_service_put(s->index, v->topic, (size_t)v->topic_len, p,
+                                           (size_t)(sp - p), v->phys_offset, v->store_timestamp);
+                if (rc != RMQ_OK) return rc;
+            }
+            p = sp + 1;
+        }
+    }
+    return RMQ_OK;
+}
+
+static int cq_dir(const rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
+                  char *buf, size_t n) {
+    int k = snprintf(buf, n, "%s/%.*s/%d", s->cq_root, (int)tlen, (const char *)topic, qid);
+    return (k < 0 || (size_t)k >= n) ? RMQ_EBAD_ARG : RMQ_OK;
+}
+
+static int entry_cq(rmq_store_t *s, rmq_tq_entry_t *e, rmq_consume_queue_t **out) {
+    if (!e->cq) {
+        char dir[PATH_MAX];
+        int rc = cq_dir(s, e->topic, e->topic_len, e->queue_id, dir, sizeof(dir));
+        if (rc != RMQ_OK) return rc;
+        rc = rmq_cq_open(dir, e->queue_id, s->cfg.cq_units_per_file, &e->cq);
+        if (rc != RMQ_OK) return rc;
+    }
+    *out = e->cq;
+    return RMQ_OK;
+}
+
+/* Dispatch one record (CommitLogDispatcherBuildConsumeQueue + BuildIndex). */
+static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t index_from) {
+    int tx = v->sysflag & RMQ_SYSFLAG_TRANSACTION_MASK;
+    if (tx == 0 || tx == RMQ_SYSFLAG_TRANSACTION_COMMIT) {
+        rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 1);
+        if (!e) return -ENOMEM;
+        rmq_consume_queue_t *cq;
+        int rc = entry_cq(s, e, &cq);
+        if (rc != RMQ_OK) return rc;
+        int64_t tags_code = 0;
+        const uint8_t *tag;
+        int32_t tag_len;
+        if (rmq_props_get(v->props, v->props_len, "TAGS", &tag, &tag_len))
+            tags_code = rmq_java_string_hash(tag, (size_t)tag_len);
+        rc = rmq_cq_put(cq, v->queue_offset, v->phys_offset, v->total_size, tags_code);
+        if (rc != RMQ_OK) return rc;
+        if (e->next_queue_offset <= v->queue_offset) e->next_queue_offset = v->queue_offset + 1;
+    }
+    if (s->index && v->phys_offset >= index_from) return index_record(s, v);
+    return RMQ_OK;
+}
+
+static int dispatch_range(rmq_store_t *s, int64_t index_from, int64_t *n) {
+    int64_t count = 0;
+    int64_t off = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
+    int64_t max = rmq_mfq_max_offset(s->cl.mfq);
+    int rc = RMQ_OK;
+    while (off < max) {
+        rmq_mapped_file_t *f;
+        const uint8_t *p;
+        int64_t avail;
+        rc = rmq_commit_log_read_pinned(&s->cl, off, &f, &p, &avail);
+        if (rc != RMQ_OK) {
+            /* off is at a segment end with nothing after it yet. */
+            rc = RMQ_OK;
+            break;
+        }
+        while (avail > 0) {
+            rmq_record_view_t v;
+            int drc = rmq_record_decode(p, avail, &v);
+            if (drc == RMQ_ENOT_FOUND) { /* blank: the rest of the segment */
+                off = rmq_commit_log_roll_next(&s->cl, off);
+                break;
+            }
+            if (drc != RMQ_OK) {
+                rc = drc;
+                break;
+            }
+            rc = dispatch_record(s, &v, index_from);
+            if (rc != RMQ_OK) break;
+            s->last_dispatched_ts = v.store_timestamp;
+            off += v.total_size;
+            p += v.total_size;
+            avail -= v.total_size;
+            count++;
+        }
+        rmq_mapped_file_unpin(f);
+        __atomic_store_n(&s->dispatched, off, __ATOMIC_RELEASE);
+        if (rc != RMQ_OK) break;
+    }
+    if (n) *n = count;
+    return rc;
+}
+
+int rmq_store_dispatch(rmq_store_t *s, int64_t *n) { return dispatch_range(s, 0, n); }
+
+int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
+    int rc = rmq_commit_log_append(&s->cl, m, r);
+    if (rc != RMQ_OK) return rc;
+    return rmq_store_dispatch(s, NULL);
+}
+
+int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
+                        int64_t batch_len, rmq_append_result_t *r) {
+    int rc = rmq_commit_log_append_batch(&s->cl, proto, batch, batch_len, r);
+    if (rc != RMQ_OK) return rc;
+    return rmq_store_dispatch(s, NULL);
+}
+
+static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
+    rmq_tq_entry_t *e = rmq_tq_get(&s->table, topic, tlen, qid, 0);
+    return e ? e->cq : NULL;
+}
+
+int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
+    return cq ? rmq_cq_min_offset(cq) : -1;
+}
+
+int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
+    return cq ? rmq_cq_max_offset(cq) : -1;
+}
+
+static int64_t store_ts_at(rmq_store_t *s, int64_t phys) {
+    rmq_mapped_file_t *f;
+    const uint8_t *p;
+    int64_t avail;
+    if (rmq_commit_log_read_pinned(&s->cl, phys, &f, &p, &avail) != RMQ_OK) return -1;
+    rmq_record_view_t v;
+    int rc = rmq_record_decode(p, avail, &v);
+    rmq_mapped_file_unpin(f);
+    return rc == RMQ_OK ? v.store_timestamp : -1;
+}
+
+int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
+                                 int64_t ts) {
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
+    if (!cq) return -1;
+    int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
+    int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
+    /* Smallest offset in [lo, hi) with store time >= ts; units whose record
+     * is gone count as older than anything. */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        rmq_cq_unit_t u;
+        int64_t t = -1;
+        if (rmq_cq_get(cq, mid, &u) == RMQ_OK && u.size > 0 && u.phys_offset >= clog_min)
+            t = store_ts_at(s, u.phys_offset);
+        if (t >= ts)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid, int64_t offset,
+                  int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
+                  rmq_cq_unit_t *out, rmq_get_result_t *res) {
+    memset(res, 0, sizeof(*res));
+    res->next_begin_offset = offset;
+    res->status = RMQ_GET_NO_MESSAGE_IN_QUEUE;
+    if (max_msgs <= 0) return RMQ_EBAD_ARG;
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
+    if (!cq) {
+        res->status = RMQ_GET_NO_MATCHED_LOGIC_QUEUE;
+        res->next_begin_offset = 0;
+        return RMQ_OK;
+    }
+    int64_t mn = rmq_cq_min_offset(cq), mx = rmq_cq_max_offset(cq);
+    res->min_offset = mn;
+    res->max_offset = mx;
+    if (mx == 0) {
+        res->status = RMQ_GET_NO_MESSAGE_IN_QUEUE;
+        res->next_begin_offset = 0;
+        return RMQ_OK;
+    }
+    if (offset < mn) {
+        res->status = RMQ_GET_OFFSET_TOO_SMALL;
+        res->next_begin_offset = mn;
+        return RMQ_OK;
+    }
+    if (offset == mx) {
+        res->status = RMQ_GET_OFFSET_OVERFLOW_ONE;
+        res->next_begin_offset = offset;
+        return RMQ_OK;
+    }
+    if (offset > mx) {
+        res->status = RMQ_GET_OFFSET_OVERFLOW_BADLY;
+        res->next_begin_offset = mx;
+        return RMQ_OK;
+    }
+    /* Scan at most max(16000 B, max_msgs * 20 B) of units (RocketMQ's
+     * maxFilterMessageCount), within one CQ segment. */
+    int64_t max_scan = 16000 / RMQ_CQ_STORE_UNIT_SIZE;
+    if (max_msgs > max_scan) max_scan = max_msgs;
+    int64_t seg_units = s->cfg.cq_units_per_file;
+    int64_t to_seg_end = seg_units - offset % seg_units;
+    if (max_scan > to_seg_end) max_scan = to_seg_end;
+    int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
+    int64_t clog_max = rmq_mfq_max_offset(s->cl.mfq);
+    res->status = RMQ_GET_NO_MATCHED_MESSAGE;
+    int64_t scanned_total = 0;
+    int32_t kept = 0;
+    int64_t bytes = 0;
+    int64_t next_phy_file = -1;
+    rmq_cq_unit_t batch[64];
+    int64_t qoffs[64];
+    int64_t next = offset;
+    int stop = 0;
+    while (!stop && next - offset < max_scan) {
+        int n;
+        int64_t scanned;
+        int64_t want = max_scan - (next - offset);
+        int rc = rmq_cq_read_filtered(cq, next, want, NULL, 0, batch, qoffs, 64, &n, &scanned);
+        if (rc == RMQ_ENOT_FOUND && next == offset) {
+            res->status = RMQ_GET_OFFSET_FOUND_NULL;
+            res->next_begin_offset = offset + to_seg_end;
+            return RMQ_OK;
+        }
+        if (rc != RMQ_OK || scanned == 0) break;
+        for (int i = 0; i < n; i++) {
+            rmq_cq_unit_t *u = &batch[i];
+            if (kept > 0 && (kept >= max_msgs || bytes + u->size > max_bytes)) {
+                next = qoffs[i]; /* the batch is full: resume at this unit */
+                stop = 1;
+                break;
+            }
+            if (next_phy_file >= 0 && u->phys_offset < next_phy_file) continue;
+            int match = ntags == 0;
+            for (int t = 0; t < ntags && !match; t++) match = tags[t] == (int32_t)u->tags_code;
+            if (!match) continue;
+            if (u->phys_offset < clog_min || u->phys_offset + u->size > clog_max) {
+                if (kept == 0) res->status = RMQ_GET_MESSAGE_WAS_REMOVING;
+                next_phy_file = rmq_commit_log_roll_next(&s->cl, u->phys_offset);
+                continue;
+            }
+            out[kept++] = *u;
+            bytes += u->size;
+            res->status = RMQ_GET_FOUND;
+            next_phy_file = -1;
+        }
+        if (!stop) next += scanned;
+        if (kept >= max_msgs && !stop) break;
+    }
+    (void)scanned_total;
+    res->count = kept;
+    res->total_bytes = bytes;
+    res->next_begin_offset = next;
+    return RMQ_OK;
+}
+
+static int record_has_key(const rmq_record_view_t *v, const uint8_t *key, int32_t klen) {
+    const uint8_t *val;
+    int32_t len;
+    if (rmq_props_get(v->props, v->props_len, "UNIQ_KEY", &val, &len) && len == klen &&
+        memcmp(val, key, (size_t)klen) == 0)
+        return 1;
+    if (rmq_props_get(v->props, v->props_len, "KEYS", &val, &len)) {
+        const uint8_t *p = val, *end = val + len;
+        while (p < end) {
+            const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
+            if (!sp) sp = end;
+            if (sp - p == klen && memcmp(p, key, (size_t)klen) == 0) return 1;
+            p = sp + 1;
+        }
+    }
+    return 0;
+}
+
+int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
+                        int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
+                        int *n) {
+    *n = 0;
+    if (!s->index || max <= 0) return RMQ_OK;
+    int cap = max * 4 + 16;
+    int64_t *cand = malloc((size_t)cap * sizeof(*cand));
+    if (!cand) return -ENOMEM;
+    int nc = 0;
+    int rc = rmq_index_service_query(s->index, topic, (size_t)tlen, key, (size_t)klen, begin_ts,
+                                     end_ts, cand, cap, &nc);
+    int64_t clog_max = rmq_mfq_max_offset(s->cl.mfq);
+    for (int i = 0; rc == RMQ_OK && i < nc && *n < max; i++) {
+        if (cand[i] >= clog_max) continue;
+        rmq_mapped_file_t *f;
+        const uint8_t *p;
+        int64_t avail;
+        if (rmq_commit_log_read_pinned(&s->cl, cand[i], &f, &p, &avail) != RMQ_OK) continue;
+        rmq_record_view_t v;
+        int ok = rmq_record_decode(p, avail, &v) == RMQ_OK && v.phys_offset == cand[i] &&
+                 v.topic_len == tlen && memcmp(v.topic, topic, (size_t)tlen) == 0 &&
+                 v.store_timestamp >= begin_ts && v.store_timestamp <= end_ts &&
+                 record_has_key(&v, key, klen);
+        rmq_mapped_file_unpin(f);
+        if (ok) out[(*n)++] = cand[i];
+    }
+    free(cand);
+    return rc;
+}
+
+int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where) {
+    return rmq_mfq_flush(s->cl.mfq, least_pages, where);
+}
+
+static int save_checkpoint(rmq_store_t *s, int64_t dispatched, int64_t dispatched_ts) {
+    rmq_checkpoint_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.confirm_phy_offset = rmq_mfq_flushed_where(s->cl.mfq);
+    if (dispatched > cp.confirm_phy_offset) dispatched = cp.confirm_phy_offset;
+    cp.dispatched_offset = dispatched;
+    cp.physic_msg_timestamp = dispatched_ts;
+    cp.logics_msg_timestamp = dispatched_ts;
+    cp.index_msg_timestamp = dispatched_ts;
+    return rmq_checkpoint_save(s->checkpoint_fd, &cp);
+}
+
+int rmq_store_flush_logics(rmq_store_t *s, int least_pages) {
+    int64_t dispatched = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
+    int64_t ts = __atomic_load_n(&s->last_dispatched_ts, __ATOMIC_RELAXED);
+    int64_t cap = 256;
+    rmq_tq_entry_t **snap = NULL;
+    int64_t total;
+    for (;;) {
+        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            free(snap);
+            return -ENOMEM;
+        }
+        snap = ns;
+        total = rmq_tq_snapshot(&s->table, snap, cap);
+        if (total <= cap) break;
+        cap = total * 2;
+    }
+    int rc = RMQ_OK;
+    for (int64_t i = 0; i < total && rc == RMQ_OK; i++) {
+        rmq_consume_queue_t *cq = __atomic_load_n(&snap[i]->cq, __ATOMIC_ACQUIRE);
+        if (cq) rc = rmq_cq_flush(cq, least_pages);
+    }
+    free(snap);
+    if (rc == RMQ_OK && s->index) rc = rmq_index_service_flush(s->index);
+    if (rc == RMQ_OK) rc = save_checkpoint(s, dispatched, ts);
+    return rc;
+}
+
+int rmq_store_delete_expired_commit_log(rmq_store_t *s, int64_t expire_ms, int64_t now_ms,
+                                        int force, int max_files) {
+    return rmq_mfq_delete_expired_by_time(s->cl.mfq, expire_ms, now_ms, force, max_files);
+}
+
+int rmq_store_delete_expired_logics(rmq_store_t *s) {
+    int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
+    int64_t cap = 256, total;
+    rmq_tq_entry_t **snap = NULL;
+    for (;;) {
+        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            free(snap);
+            return -ENOMEM;
+        }
+        snap = ns;
+        total = rmq_tq_snapshot(&s->table, snap, cap);
+        if (total <= cap) break;
+        cap = total * 2;
+    }
+    int deleted = 0;
+    for (int64_t i = 0; i < total; i++) {
+        rmq_consume_queue_t *cq = __atomic_load_n(&snap[i]->cq, __ATOMIC_ACQUIRE);
+        if (!cq) continue;
+        int k = rmq_cq_delete_expired(cq, clog_min);
+        if (k > 0) deleted += k;
+    }
+    free(snap);
+    if (s->index) {
+        int k = rmq_index_service_delete_before(s->index, clog_min);
+        if (k > 0) deleted += k;
+    }
+    return deleted;
+}
+
+int rmq_store_delete_topic(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
+    int rc = rmq_validate_topic(topic, tlen);
+    if (rc != RMQ_OK) return rc;
+    int deleted = 0;
+    for (int32_t qid = 0; qid < s->cfg.max_queue_nums; qid++) {
+        rmq_tq_entry_t *e = rmq_tq_remove(&s->table, topic, tlen, qid);
+        if (!e) continue;
+        if (e->cq) {
+            rmq_consume_queue_t **g = realloc(s->graveyard, (size_t)(s->graveyard_count + 1) * sizeof(*g));
+            if (!g) {
+                free(e);
+                return -ENOMEM;
+            }
+            s->graveyard = g;
+            rmq_mfq_destroy_all(e->cq->mfq);
+            s->graveyard[s->graveyard_count++] = e->cq;
+        }
+        free(e);
+        deleted++;
+    }
+    char dir[PATH_MAX];
+    int k = snprintf(dir, sizeof(dir), "%s/%.*s", s->cq_root, (int)tlen, (const char *)topic);
+    if (k > 0 && (size_t)k < sizeof(dir)) {
+        DIR *d = opendir(dir);
+        if (d) {
+            struct dirent *de;
+            while ((de = readdir(d)) != NULL) {
+                if (de->d_name[0] == '.') continue;
+                char sub[PATH_MAX];
+                if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) < (int)sizeof(sub))
+                    rmdir(sub);
+            }
+            closedir(d);
+            rmdir(dir);
+        }
+    }
+    return deleted;
+}
+
+/* ---- open / recovery / close ------------------------------------------ */
+
+static char *join(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static int is_known_entry(const char *name) {
+    static const char *known[] = {"commitlog", "consumequeue", "index", "checkpoint",
+                                  "abort",     "lock",         "config", NULL};
+    for (int i = 0; known[i]; i++)
+        if (strcmp(name, known[i]) == 0) return 1;
+    return 0;
+}
+
+static int check_root(const char *root) {
+    int rc = rmq_mkdirs(root);
+    if (rc != RMQ_OK) return rc;
+    DIR *d = opendir(root);
+    if (!d) return -errno;
+    struct dirent *e;
+    rc = RMQ_OK;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        if (!is_known_entry(e->d_name)) {
+            rc = RMQ_ENOT_STORE;
+            break;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int parse_qid(const char *name, int32_t *qid) {
+    if (!*name || strlen(name) > 9) return 0;
+    int32_t v = 0;
+    for (const char *p = name; *p; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *qid = v;
+    return 1;
+}
+
+static int load_consume_queues(rmq_store_t *s, int *count) {
+    int rc = rmq_mkdirs(s->cq_root);
+    if (rc != RMQ_OK) return rc;
+    DIR *d = opendir(s->cq_root);
+    if (!d) return -errno;
+    struct dirent *te;
+    rc = RMQ_OK;
+    while (rc == RMQ_OK && (te = readdir(d)) != NULL) {
+        if (te->d_name[0] == '.') continue;
+        int32_t tlen = (int32_t)strlen(te->d_name);
+        if (rmq_validate_topic((const uint8_t *)te->d_name, tlen) != RMQ_OK) {
+            rc = RMQ_ENOT_STORE;
+            break;
+        }
+        char tdir[PATH_MAX];
+        if (snprintf(tdir, sizeof(tdir), "%s/%s", s->cq_root, te->d_name) >= (int)sizeof(tdir)) {
+            rc = RMQ_EBAD_ARG;
+            break;
+        }
+        DIR *qd = opendir(tdir);
+        if (!qd) {
+            rc = RMQ_ENOT_STORE;
+            break;
+        }
+        struct dirent *qe;
+        while (rc == RMQ_OK && (qe = readdir(qd)) != NULL) {
+            if (qe->d_name[0] == '.') continue;
+            int32_t qid;
+            if (!parse_qid(qe->d_name, &qid) || qid >= s->cfg.max_queue_nums) {
+                rc = RMQ_ENOT_STORE;
+                break;
+            }
+            rmq_tq_entry_t *e = rmq_tq_get(&s->table, (const uint8_t *)te->d_name, tlen, qid, 1);
+            if (!e) {
+                rc = -ENOMEM;
+                break;
+            }
+            rc = entry_cq(s, e, &e->cq);
+            if (rc == RMQ_OK) (*count)++;
+        }
+        closedir(qd);
+    }
+    closedir(d);
+    return rc;
+}
+
+static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
+    rmq_mfq_t *q = s->cl.mfq;
+    char *ckpath = join(s->root, "checkpoint");
+    char *abpath = join(s->root, "abort");
+    if (!ckpath || !abpath) {
+        free(ckpath);
+        free(abpath);
+        return -ENOMEM;
+    }
+    rmq_checkpoint_t cp;
+    int ckrc = rmq_checkpoint_load(ckpath, &cp);
+    rep->checkpoint_valid = ckrc == RMQ_OK;
+    struct stat st;
+    rep->abnormal = stat(abpath, &st) == 0;
+    int rc = rmq_checkpoint_open(ckpath, &s->checkpoint_fd);
+    free(ckpath);
+    free(abpath);
+    if (rc != RMQ_OK) return rc;
+
+    int64_t clog_min = rmq_mfq_min_offset(q);
+    int64_t clog_max = rmq_mfq_max_offset(q);
+    int64_t start = clog_min;
+    if (rep->checkpoint_valid && cp.confirm_phy_offset >= clog_min && cp.confirm_phy_offset <= clog_max) {
+        start = cp.confirm_phy_offset;
+        /* After a crash, start at the checkpoint's segment: a clean shutdown
+         * trusts the checkpoint's exact position. */
+        if (rep->abnormal) start -= start % q->file_size;
+    }
+    if (start < clog_min) start = clog_min;
+    rep->scan_from = start;
+    int64_t end, count, last_ts = 0;
+    rc = rmq_commit_log_scan(&s->cl, start, 1, &end, &count, &last_ts);
+    if (rc != RMQ_OK) return rc;
+    if (rep->checkpoint_valid && rep->abnormal && end < cp.confirm_phy_offset && start > clog_min) {
+        /* Data below the checkpoint is damaged: rescan everything. */
+        start = clog_min;
+        rep->scan_from = start;
+        rc = rmq_commit_log_scan(&s->cl, start, 1, &end, &count, &last_ts);
+        if (rc != RMQ_OK) return rc;
+    }
+    rep->records_scanned = count;
+    rep->commit_log_end = end;
+    /* bytes past end that were not zero: measured as the last segment's
+     * non-empty extent is costly; report the distance to the old max only
+     * when a record header was found there. */
+    {
+        rmq_mapped_file_t *f;
+        const uint8_t *p;
+        int64_t avail;
+        if (rmq_commit_log_read_pinned(&s->cl, end, &f, &p, &avail) == RMQ_OK) {
+            int64_t torn = 0;
+            for (int64_t i = 0; i < avail && i < (int64_t)RMQ_DEFAULT_MAX_MESSAGE_SIZE * 2; i++)
+                if (p[i]) torn = i + 1;
+            rep->bytes_trimmed = torn;
+            rmq_mapped_file_unpin(f);
+        }
+    }
+    rc = rmq_mfq_truncate_dirty(q, end);
+    if (rc != RMQ_OK) return rc;
+    /* Make the recovered tail durable before trusting it further. */
+    for (int i = 0; i < q->count; i++) {
+        rmq_mapped_file_t *f = q->files[i];
+        if (f->from_offset + f->file_size <= start) continue;
+        if (fdatasync(f->fd) != 0) return -errno;
+        f->flushed_pos = rmq_mapped_file_wrote(f);
+    }
+    rmq_mfq_set_flushed_where(q, end);
+
+    /* ConsumeQueues: trim units past the CommitLog end, fix min offsets,
+     * rebuild the next-queue-offset table. */
+    int64_t cap = 256, total;
+    rmq_tq_entry_t **snap = NULL;
+    for (;;) {
+        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            free(snap);
+            return -ENOMEM;
+        }
+        snap = ns;
+        total = rmq_tq_snapshot(&s->table, snap, cap);
+        if (total <= cap) break;
+        cap = total * 2;
+    }
+    clog_min = rmq_mfq_min_offset(q);
+    for (int64_t i = 0; i < total; i++) {
+        rmq_consume_queue_t *cq = snap[i]->cq;
+        if (!cq) continue;
+        int64_t before = rmq_mfq_max_offset(cq->mfq) / RMQ_CQ_STORE_UNIT_SIZE;
+        rc = rmq_cq_recover(cq, end);
+        if (rc != RMQ_OK) break;
+        int64_t after = rmq_cq_max_offset(cq);
+        (void)before;
+        (void)after;
+        if (clog_min > 0) rmq_cq_delete_expired(cq, clog_min);
+        snap[i]->next_queue_offset = rmq_cq_max_offset(cq);
+    }
+    free(snap);
+    if (rc != RMQ_OK) return rc;
+
+    int64_t index_from = 0;
+    if (s->index) {
+        rmq_index_service_truncate(s->index, end);
+        int64_t iend = rmq_index_service_end_phy_offset(s->index);
+        index_from = iend < 0 ? 0 : iend + 1;
+    }
+    int64_t from = rep->checkpoint_valid ? cp.dispatched_offset : clog_min;
+    if (from > end) from = end;
+    if (from < clog_min) from = clog_min;
+    /* A ConsumeQueue may hold fewer units than the CommitLog has for it
+     * (units flushed later than the checkpoint claims are fine: put is
+     * idempotent; fewer are refilled from here). */
+    rep->dispatch_from = from;
+    __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
+    int64_t n = 0;
+    rc = dispatch_range(s, index_from, &n);
+    rep->records_dispatched = n;
+    if (rc != RMQ_OK) return rc;
+    s->last_dispatched_ts = last_ts;
+    return RMQ_OK;
+}
+
+int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep) {
+    *out = NULL;
+    memset(rep, 0, sizeof(*rep));
+    if (!cfg->root || cfg->commit_log_file_size <= 0 || cfg->cq_units_per_file <= 0 ||
+        cfg->max_message_size <= 0 || cfg->max_queue_nums <= 0 ||
+        (cfg->store_host_len != 8 && cfg->store_host_len != 20))
+        return RMQ_EBAD_ARG;
+    int rc = check_root(cfg->root);
+    if (rc != RMQ_OK) return rc;
+    rmq_store_t *s = calloc(1, sizeof(*s));
+    if (!s) return -ENOMEM;
+    s->checkpoint_fd = -1;
+    s->lock_fd = -1;
+    s->cfg = *cfg;
+    memcpy(s->store_host, cfg->store_host, (size_t)cfg->store_host_len);
+    s->root = strdup(cfg->root);
+    s->cq_root = join(cfg->root, "consumequeue");
+    s->cfg.root = s->root;
+    s->cfg.store_host = s->store_host;
+    if (!s->root || !s->cq_root || rmq_tq_init(&s->table) != RMQ_OK) {
+        rmq_store_close(s);
+        return -ENOMEM;
+    }
+    char *lockpath = join(s->root, "lock");
+    s->lock_fd = lockpath ? open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    free(lockpath);
+    if (s->lock_fd < 0) {
+        rc = -errno;
+        rmq_store_close(s);
+        return rc;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        close(s->lock_fd);
+        s->lock_fd = -1;
+        rmq_store_close(s);
+        return RMQ_ELOCKED;
+    }
+    char *cldir = join(s->root, "commitlog");
+    rc = cldir ? rmq_mfq_open(cldir, cfg->commit_log_file_size, cfg->warm_mapped_files, &s->cl.mfq)
+               : -ENOMEM;
+    free(cldir);
+    if (rc == RMQ_OK) {
+        s->cl.table = &s->table;
+        s->cl.max_message_size = cfg->max_message_size;
+        s->cl.max_queue_nums = cfg->max_queue_nums;
+        memcpy(s->cl.store_host, cfg->store_host, (size_t)cfg->store_host_len);
+        s->cl.store_host_len = cfg->store_host_len;
+        rc = load_consume_queues(s, &rep->consume_queues);
+    }
+    if (rc == RMQ_OK && cfg->index_enable) {
+        char *idir = join(s->root, "index");
+        rc = idir ? rmq_index_service_open(idir, cfg->index_hash_slot_num, cfg->index_num, &s->index)
+                  : -ENOMEM;
+        free(idir);
+    }
+    if (rc == RMQ_OK) rc = recover(s, rep);
+    if (rc == RMQ_OK) {
+        char *abpath = join(s->root, "abort");
+        int fd = abpath ? open(abpath, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+        free(abpath);
+        if (fd < 0) rc = -errno;
+        else close(fd);
+    }
+    if (rc != RMQ_OK) {
+        /* Leave the abort marker as it was: nothing was changed for a clean
+         * store, and an unclean one stays unclean. */
+        s->checkpoint_fd = s->checkpoint_fd >= 0 ? (close(s->checkpoint_fd), -1) : -1;
+        rmq_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return RMQ_OK;
+}
+
+int rmq_store_close(rmq_store_t *s) {
+    if (!s) return RMQ_OK;
+    int rc = RMQ_OK;
+    if (s->cl.mfq && s->checkpoint_fd >= 0) {
+        rc = rmq_store_flush_commit_log(s, 0, NULL);
+        if (rc == RMQ_OK) rc = rmq_store_flush_logics(s, 0);
+        if (rc == RMQ_OK && s->root) {
+            char *abpath = join(s->root, "abort");
+            if (abpath) unlink(abpath);
+            free(abpath);
+        }
+    }
+    if (s->table.slots) {
+        int64_t n = rmq_tq_snapshot(&s->table, NULL, 0);
+        rmq_tq_entry_t **snap = calloc((size_t)(n ? n : 1), sizeof(*snap));
+        if (snap) {
+            rmq_tq_snapshot(&s->table, snap, n);
+            for (int64_t i = 0; i < n; i++) rmq_cq_close(snap[i]->cq);
+            free(snap);
+        }
+        rmq_tq_free(&s->table);
+    }
+    for (int i = 0; i < s->graveyard_count; i++) rmq_cq_close(s->graveyard[i]);
+    free(s->graveyard);
+    if (s->index) rmq_index_service_close(s->index);
+    if (s->cl.mfq) rmq_mfq_close(s->cl.mfq);
+    if (s->checkpoint_fd >= 0) close(s->checkpoint_fd);
+    if (s->lock_fd >= 0) close(s->lock_fd);
+    free(s->root);
+    free(s->cq_root);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,138 @@
+/* message_store.h: the C side of the MessageStore: a CommitLog, the
+ * ConsumeQueues and IndexFiles dispatched from it (ReputMessageService),
+ * recovery, the checkpoint, lookups and reads. The Python MessageStore
+ * (pyrmq/store) adds the flush services and lifecycle around it.
+ *
+ * Threading: open/put/dispatch/get/query/close on the owner thread (the
+ * event loop); flush_* and delete_* may run on another thread at the same
+ * time (segments are pinned while used). */
+#ifndef RMQ_MESSAGE_STORE_H
+#define RMQ_MESSAGE_STORE_H
+
+#include <stdint.h>
+
+#include "checkpoint.h"
+#include "commit_log.h"
+#include "consume_queue.h"
+#include "index_file.h"
+#include "topic_queue_table.h"
+
+typedef struct rmq_store_config {
+    const char *root;
+    int64_t commit_log_file_size;
+    int64_t cq_units_per_file;
+    int32_t max_message_size;
+    int32_t max_queue_nums;
+    int32_t index_hash_slot_num;
+    int32_t index_num;
+    int32_t index_enable;
+    int32_t warm_mapped_files;
+    const uint8_t *store_host; /* 8 or 20 bytes */
+    int32_t store_host_len;
+} rmq_store_config_t;
+
+typedef struct rmq_recovery_report {
+    int32_t abnormal;            /* the abort marker was present */
+    int32_t checkpoint_valid;
+    int64_t scan_from;           /* CommitLog offset the scan started at */
+    int64_t commit_log_end;      /* recovered end */
+    int64_t records_scanned;
+    int64_t bytes_trimmed;       /* torn or corrupt tail removed */
+    int64_t cq_units_dropped;
+    int64_t dispatch_from;
+    int64_t records_dispatched;
+    int32_t consume_queues;
+} rmq_recovery_report_t;
+
+/* RocketMQ's GetMessageStatus. */
+enum {
+    RMQ_GET_FOUND = 0,
+    RMQ_GET_NO_MATCHED_MESSAGE = 1,
+    RMQ_GET_MESSAGE_WAS_REMOVING = 2,
+    RMQ_GET_OFFSET_FOUND_NULL = 3,
+    RMQ_GET_OFFSET_OVERFLOW_BADLY = 4,
+    RMQ_GET_OFFSET_OVERFLOW_ONE = 5,
+    RMQ_GET_OFFSET_TOO_SMALL = 6,
+    RMQ_GET_NO_MATCHED_LOGIC_QUEUE = 7,
+    RMQ_GET_NO_MESSAGE_IN_QUEUE = 8,
+};
+
+typedef struct rmq_get_result {
+    int32_t status;
+    int32_t count;            /* units written to out */
+    int64_t next_begin_offset;
+    int64_t min_offset;
+    int64_t max_offset;
+    int64_t total_bytes;
+} rmq_get_result_t;
+
+typedef struct rmq_store {
+    char *root;
+    char *cq_root;
+    rmq_store_config_t cfg;
+    uint8_t store_host[20];
+    rmq_commit_log_t cl;
+    rmq_tq_table_t table;
+    rmq_index_service_t *index; /* NULL when index_enable is 0 */
+    int64_t dispatched;         /* atomic: CommitLog offset dispatched up to */
+    int64_t last_dispatched_ts; /* store time of the last dispatched record */
+    int checkpoint_fd;
+    int lock_fd;
+    rmq_consume_queue_t **graveyard; /* CQs of deleted topics, freed at close */
+    int graveyard_count;
+} rmq_store_t;
+
+/* Open (creating if needed) and recover the store in cfg->root. On success
+ * the abort marker exists until rmq_store_close. Blocking. */
+int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep);
+
+/* Append then dispatch. Owner thread. */
+int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r);
+int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
+                        int64_t batch_len, rmq_append_result_t *r);
+
+/* Build ConsumeQueue/IndexFile entries for records in [dispatched, end of
+ * CommitLog). *n gets the number of records dispatched. Owner thread. */
+int rmq_store_dispatch(rmq_store_t *s, int64_t *n);
+
+/* RocketMQ getMessage: units of (topic, qid) from offset, at most max_msgs
+ * messages and max_bytes bytes (the first message always fits), matching the
+ * tag codes (ntags == 0: all). Fills out[0..max_msgs). Owner thread. */
+int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,
+                  int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
+                  int32_t ntags, rmq_cq_unit_t *out, rmq_get_result_t *res);
+
+/* Min/max queue offset of (topic, qid); -1 when the queue does not exist. */
+int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid);
+int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid);
+
+/* First queue offset whose store time >= ts (max offset when none). */
+int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
+                                 int32_t qid, int64_t ts);
+
+/* Physical offsets of records of topic whose KEYS contain key or whose
+ * UNIQ_KEY equals key, stored in [begin_ts, end_ts]; verified against the
+ * records. Newest first. */
+int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
+                        const uint8_t *key, int32_t key_len, int64_t begin_ts, int64_t end_ts,
+                        int64_t *out, int max, int *n);
+
+/* Flush the CommitLog (least_pages 0: all written). *where: durable offset. */
+int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where);
+
+/* Flush every ConsumeQueue and the index, then write the checkpoint. */
+int rmq_store_flush_logics(rmq_store_t *s, int least_pages);
+
+/* Retention. Returns files deleted. */
+int rmq_store_delete_expired_commit_log(rmq_store_t *s, int64_t expire_ms, int64_t now_ms,
+                                        int force, int max_files);
+int rmq_store_delete_expired_logics(rmq_store_t *s);
+
+/* Delete every queue of a topic (files and state). */
+int rmq_store_delete_topic(rmq_store_t *s, const uint8_t *topic, int32_t topic_len);
+
+/* Flush everything, write the checkpoint, remove the abort marker, unlock
+ * and free. Blocking. */
+int rmq_store_close(rmq_store_t *s);
+
+#endif /* RMQ_MESSAGE_STORE_H */

@@ -1,0 +1,131 @@
+# Record, batch and property codecs: thin wrappers over csrc/commit_log.c.
+from libc.string cimport memcpy
+
+
+cdef inline bytes _as_bytes(object s):
+    if isinstance(s, bytes):
+        return <bytes>s
+    if isinstance(s, str):
+        return (<str>s).encode()
+    return bytes(s)
+
+
+def java_hash(s) -> int:
+    """Java String.hashCode() of s (str, or UTF-8 bytes) as a signed int32."""
+    cdef bytes b = _as_bytes(s)
+    return rmq_java_string_hash(<const uint8_t *>b, len(b))
+
+
+def tag_code(tag) -> int:
+    """The ConsumeQueue tag code of a TAGS value (0 for none)."""
+    if not tag:
+        return 0
+    return java_hash(tag)
+
+
+def body_crc(body) -> int:
+    """BODYCRC as stored: crc32(body) & 0x7FFFFFFF."""
+    cdef const unsigned char[::1] mv = body
+    cdef size_t n = mv.shape[0]
+    if n == 0:
+        return rmq_body_crc(NULL, 0)
+    return rmq_body_crc(&mv[0], n)
+
+
+def encode_properties(props) -> bytes:
+    """Encode a mapping as the properties string: name 0x01 value 0x02 ..."""
+    if not props:
+        return b""
+    parts = []
+    for k, v in props.items():
+        ks = str(k)
+        vs = str(v)
+        if "\x01" in ks or "\x02" in ks or "\x01" in vs or "\x02" in vs:
+            raise ValueError(f"property {ks!r} contains a reserved separator byte (0x01 or 0x02)")
+        parts.append(f"{ks}\x01{vs}\x02")
+    return "".join(parts).encode()
+
+
+def decode_properties(data) -> dict:
+    """Decode a properties string leniently (items without one 0x01 are dropped)."""
+    cdef bytes b = _as_bytes(data)
+    out = {}
+    for item in b.decode("utf-8", "replace").split("\x02"):
+        kv = item.split("\x01")
+        if len(kv) == 2 and kv[0]:
+            out[kv[0]] = kv[1]
+    return out
+
+
+def encode_batch(messages) -> bytes:
+    """Encode (body, properties, flag) triples as a batch body (rmq_format.h
+    section 4). properties: bytes, or a mapping (encoded here)."""
+    out = bytearray()
+    for body, props, flag in messages:
+        pb = props if isinstance(props, (bytes, bytearray)) else encode_properties(props)
+        bb = bytes(body)
+        if len(pb) > RMQ_MAX_PROPERTIES_LENGTH:
+            raise ValueError(f"properties are {len(pb)} bytes; the limit is {RMQ_MAX_PROPERTIES_LENGTH}")
+        total = RMQ_BATCH_ENTRY_FIXED + len(bb) + len(pb)
+        out += total.to_bytes(4, "big") + bytes(8) + (flag & 0xFFFFFFFF).to_bytes(4, "big")
+        out += len(bb).to_bytes(4, "big") + bb + len(pb).to_bytes(2, "big") + pb
+    return bytes(out)
+
+
+cdef dict _view_to_dict(rmq_record_view_t *v):
+    return {
+        "store_size": v.total_size,
+        "magic_code": v.magic,
+        "body_crc": v.body_crc,
+        "queue_id": v.queue_id,
+        "flag": v.flag,
+        "queue_offset": v.queue_offset,
+        "commit_log_offset": v.phys_offset,
+        "sys_flag": v.sysflag,
+        "born_timestamp": v.born_timestamp,
+        "born_host": (<const char *>v.born_host)[:v.born_host_len],
+        "store_timestamp": v.store_timestamp,
+        "store_host": (<const char *>v.store_host)[:v.store_host_len],
+        "reconsume_times": v.reconsume_times,
+        "prepared_transaction_offset": v.prepared_tx_offset,
+        "body": (<const char *>v.body)[:v.body_len],
+        "topic": (<const char *>v.topic)[:v.topic_len].decode("utf-8", "replace"),
+        "properties": (<const char *>v.props)[:v.props_len],
+    }
+
+
+def decode_records(data, bint check_crc=True) -> list:
+    """Decode back-to-back records (a pull body, or a CommitLog range) into
+    dicts with every stored field. Raises CorruptStoreError on a malformed
+    record or a CRC mismatch; stops at a blank or never-written record."""
+    cdef const unsigned char[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = 0
+    cdef rmq_record_view_t v
+    cdef int rc
+    out = []
+    while pos < n:
+        rc = rmq_record_decode(&mv[pos], n - pos, &v)
+        if rc == RMQ_ENOT_FOUND:
+            break
+        _raise_for(rc, f"record at byte {pos}")
+        if check_crc and not rmq_record_crc_ok(&v):
+            raise CorruptStoreError(f"record at byte {pos}: body CRC mismatch", RMQ_ECORRUPT)
+        out.append(_view_to_dict(&v))
+        pos += v.total_size
+    return out
+
+
+def record_size(int body_len, int topic_len, int props_len, int born_host_len=8,
+                int store_host_len=8) -> int:
+    return rmq_record_size(body_len, topic_len, props_len, born_host_len, store_host_len)
+
+
+def validate_topic(topic) -> None:
+    """Raise IllegalMessageError unless topic follows RocketMQ's rules."""
+    cdef bytes b = _as_bytes(topic)
+    _raise_for(rmq_validate_topic(<const uint8_t *>b, len(b)), f"topic {topic!r}")
+
+
+def live_mapped_files() -> int:
+    """Mapped files currently open in this process (for leak checks)."""
+    return rmq_mapped_file_live_count()
