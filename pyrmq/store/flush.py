@@ -1,0 +1,171 @@
+"""Flush services: GroupCommitService (SYNC_FLUSH), FlushRealTimeService
+(ASYNC_FLUSH) and FlushConsumeQueueService, as in RocketMQ's CommitLog.
+
+The flush itself is one msync over the dirty range, run on the store's
+flush thread with the GIL released; results come back to the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+
+import rmqcore
+from pyrmq.store.io_executor import IOExecutor
+
+log = logging.getLogger("pyrmq.store.flush")
+
+
+class GroupCommitService:
+    """SYNC_FLUSH group commit (RocketMQ GroupCommitService): a put waits
+    until a flush covers its offset. One msync serves every waiter whose
+    offset it covers; waiters that arrive while it runs are served by the
+    next one. A waiter not served within timeout_s gets False (the caller
+    reports FLUSH_DISK_TIMEOUT); one timer sweeps them all, so a put costs
+    no timer of its own."""
+
+    def __init__(self, core: rmqcore.MessageStoreCore, io: IOExecutor, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._core = core
+        self._io = io
+        self._timeout = timeout_s
+        self._clock = clock
+        # (offset, deadline, future); offsets ascend because appends do.
+        self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = (
+            collections.deque()
+        )
+        self._flushing = False
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._flushed = core.flushed_offset
+        self.flush_count = 0
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    def wait_flushed(self, offset: int) -> asyncio.Future[bool]:
+        """A future: True once CommitLog bytes below offset are durable, False
+        when the timeout passed first; the flush's exception if it failed."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if offset <= self._flushed:
+            fut.set_result(True)
+            return fut
+        self._waiters.append((offset, self._clock() + self._timeout, fut))
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._timeout, self._sweep)
+        if not self._flushing:
+            self._start()
+        return fut
+
+    def _start(self) -> None:
+        self._flushing = True
+        self._io.run("flush-commitlog", self._core.flush_commit_log, 0).add_done_callback(
+            self._done
+        )
+
+    def _done(self, f: asyncio.Future[int]) -> None:
+        self._flushing = False
+        self.flush_count += 1
+        exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            log.error("CommitLog flush failed: %s", exc)
+            while self._waiters:
+                w = self._waiters.popleft()[2]
+                if not w.done():
+                    w.set_exception(exc)
+            return
+        self._flushed = max(self._flushed, f.result())
+        while self._waiters and self._waiters[0][0] <= self._flushed:
+            w = self._waiters.popleft()[2]
+            if not w.done():
+                w.set_result(True)
+        if self._waiters:
+            # Start the next flush after the writers just woken have run and
+            # appended again, so that one msync covers all of them.
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._start)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = self._clock()
+        for _, deadline, w in self._waiters:
+            if deadline > now:
+                break
+            if not w.done():
+                w.set_result(False)
+        while self._waiters and self._waiters[0][2].done():
+            self._waiters.popleft()
+        if self._waiters:
+            delay = max(0.001, self._waiters[0][1] - now)
+            self._sweeper = asyncio.get_running_loop().call_later(delay, self._sweep)
+
+    async def drain(self) -> None:
+        """Wait until no flush is running (shutdown)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for _ in range(10_000):
+            if not self._flushing:
+                return
+            await asyncio.sleep(0.001)
+
+
+class PeriodicFlushService:
+    """Flush on a timer: every interval flush if at least least_pages are
+    dirty, and everything once per thorough interval. Used for the CommitLog
+    in ASYNC_FLUSH (FlushRealTimeService) and for ConsumeQueues, IndexFiles
+    and the checkpoint (FlushConsumeQueueService)."""
+
+    def __init__(
+        self,
+        name: str,
+        flush: Callable[[int], object],
+        io: IOExecutor,
+        io_kind: str,
+        interval_s: float,
+        least_pages: int,
+        thorough_interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._name = name
+        self._flush = flush
+        self._io = io
+        self._io_kind = io_kind
+        self._interval = interval_s
+        self._least = least_pages
+        self._thorough = thorough_interval_s
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self.flush_count = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=f"pyrmq:store:{self._name}")
+
+    async def _loop(self) -> None:
+        last_thorough = self._clock()
+        while True:
+            await asyncio.sleep(self._interval)
+            now = self._clock()
+            least = self._least
+            if now - last_thorough >= self._thorough:
+                least = 0
+                last_thorough = now
+            try:
+                await self._io.run(self._io_kind, self._flush, least)
+                self.flush_count += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed; retrying in %.1fs", self._name, self._interval)
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None

@@ -1,0 +1,374 @@
+"""MessageStore: the broker's store facade (RocketMQ DefaultMessageStore).
+
+Appends, dispatch to ConsumeQueues and IndexFiles, reads and lookups happen
+in rmqcore's C store, synchronously on the event loop: the loop is the put
+lock, and no put awaits between taking an offset and writing the record.
+Everything that blocks (flush, creating the next segment, deleting files,
+recovery at start) runs on the store's IOExecutor threads with the GIL
+released."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import ipaddress
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import rmqcore
+from pyrmq.common.errors import StoreError
+from pyrmq.store.clean import CleanResult, CleanService
+from pyrmq.store.config import FlushDiskType, MessageStoreConfig
+from pyrmq.store.flush import GroupCommitService, PeriodicFlushService
+from pyrmq.store.io_executor import IOExecutor
+
+log = logging.getLogger("pyrmq.store")
+
+#: Callback for new messages: (topic, queue_id, max_offset_after).
+ArrivalListener = Callable[[str, int, int], None]
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PutMessageResult:
+    """Outcome of a durable put (RocketMQ PutMessageResult)."""
+
+    status: PutMessageStatus
+    append: rmqcore.AppendResult
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+def encode_host(host: str, port: int) -> bytes:
+    """Socket address as stored: IPv4 (4 bytes) or IPv6 (16) + int32 port."""
+    ip = ipaddress.ip_address(host)
+    return ip.packed + port.to_bytes(4, "big")
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int]:
+    """(store host bytes, CommitLog offset) of an offsetMsgId (32 or 56 hex)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"offsetMsgId {msg_id!r} is not hex") from None
+    if len(raw) not in (16, 28):
+        raise ValueError(f"offsetMsgId {msg_id!r} must be 32 or 56 hex digits")
+    return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
+
+
+class MessageStore:
+    """The store. `async with MessageStore(config) as store:` or
+    start()/shutdown(). Put, get and lookups are plain methods that do not
+    block; `put_message`/`put_messages` are coroutines that also wait for
+    durability in SYNC_FLUSH mode."""
+
+    def __init__(
+        self,
+        config: MessageStoreConfig | None = None,
+        *,
+        store_host: tuple[str, int] = ("127.0.0.1", 10911),
+    ) -> None:
+        self.config = config or MessageStoreConfig()
+        self._store_host = encode_host(*store_host)
+        self._core: rmqcore.MessageStoreCore | None = None
+        self._io: IOExecutor | None = None
+        self._group_commit: GroupCommitService | None = None
+        self._services: list[Any] = []
+        self._clean: CleanService | None = None
+        self._listeners: list[ArrivalListener] = []
+        self._allocating = False
+        self._sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._sync_timeout = self.config.sync_flush_timeout_ms / 1000
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open and recover the store (on an I/O thread), start the services."""
+        if self._core is not None:
+            raise StoreError("the store is already started")
+        cfg = self.config
+        self._io = IOExecutor()
+        try:
+            self._core = await self._io.run("open", self._open_core)
+        except BaseException:
+            self._io.shutdown()
+            self._io = None
+            raise
+        rec = self._core.recovery
+        log.info(
+            "store %s opened (%s shutdown): CommitLog end %d, scanned %d records from %d, "
+            "trimmed %d bytes, re-dispatched %d records",
+            cfg.store_path_root_dir, "abnormal" if rec["abnormal"] else "clean",
+            rec["commit_log_end"], rec["records_scanned"], rec["scan_from"],
+            rec["bytes_trimmed"], rec["records_dispatched"],
+        )
+        if self._sync:
+            self._group_commit = GroupCommitService(self._core, self._io, self._sync_timeout)
+        else:
+            self._services.append(PeriodicFlushService(
+                "FlushRealTimeService", self._core.flush_commit_log, self._io, "flush-commitlog",
+                cfg.flush_interval_commit_log_ms / 1000, cfg.flush_commit_log_least_pages,
+                cfg.flush_commit_log_thorough_interval_ms / 1000,
+            ))
+        self._services.append(PeriodicFlushService(
+            "FlushConsumeQueueService", self._core.flush_logics, self._io, "flush-logics",
+            cfg.flush_interval_consume_queue_ms / 1000, cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval_ms / 1000,
+        ))
+        self._clean = CleanService(self._core, cfg, self._io)
+        for svc in self._services:
+            svc.start()
+        self._clean.start()
+        self._schedule_allocate()
+
+    def _open_core(self) -> rmqcore.MessageStoreCore:
+        cfg = self.config
+        return rmqcore.MessageStoreCore(
+            cfg.store_path_root_dir,
+            commit_log_file_size=cfg.mapped_file_size_commit_log,
+            cq_units_per_file=cfg.cq_units_per_file,
+            max_message_size=cfg.max_message_size,
+            max_queue_nums=cfg.max_queue_nums,
+            index_hash_slot_num=cfg.max_hash_slot_num,
+            index_num=cfg.max_index_num,
+            index_enable=cfg.message_index_enable,
+            warm_mapped_files=cfg.warm_mapped_file_enable,
+            store_host=self._store_host,
+        )
+
+    async def shutdown(self) -> None:
+        """Stop the services, flush everything, write the checkpoint and mark
+        the shutdown clean."""
+        if self._core is None or self._io is None:
+            return
+        for svc in self._services:
+            await svc.shutdown()
+        if self._clean is not None:
+            await self._clean.shutdown()
+        if self._group_commit is not None:
+            await self._group_commit.drain()
+        io, core = self._io, self._core
+        self._core = None
+        self._services.clear()
+        await asyncio.get_running_loop().run_in_executor(None, io.shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, core.close)
+        self._io = None
+
+    async def __aenter__(self) -> MessageStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    @property
+    def core(self) -> rmqcore.MessageStoreCore:
+        if self._core is None:
+            raise StoreError("the store is not started")
+        return self._core
+
+    @property
+    def recovery(self) -> dict[str, Any]:
+        """What the last open found and repaired."""
+        return self.core.recovery
+
+    # -- put -----------------------------------------------------------------
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Call listener(topic, queue_id, max_offset) after each dispatched
+        put (long polling's NotifyMessageArrivingListener)."""
+        self._listeners.append(listener)
+
+    def put_message_nowait(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: bytes | str = b"",
+        *,
+        flag: int = 0,
+        sysflag: int = 0,
+        born_timestamp: int = 0,
+        born_host: bytes | None = None,
+        reconsume_times: int = 0,
+    ) -> rmqcore.AppendResult:
+        """Append and dispatch one message; returns before it is durable.
+        Raises IllegalMessageError (nothing written) for bad input."""
+        core = self._core
+        if core is None:
+            raise StoreError("the store is not started")
+        r = core.put(topic, queue_id, body, properties, flag=flag, sysflag=sysflag,
+                     born_timestamp=born_timestamp, born_host=born_host,
+                     reconsume_times=reconsume_times)
+        if r.rolled:
+            self._schedule_allocate()
+        if self._listeners:
+            self._notify(topic, queue_id, r.queue_offset + r.count)
+        return r
+
+    def put_messages_nowait(
+        self,
+        topic: str,
+        queue_id: int,
+        batch: bytes,
+        *,
+        sysflag: int = 0,
+        born_timestamp: int = 0,
+        born_host: bytes | None = None,
+    ) -> rmqcore.AppendResult:
+        """Append every message of a batch body (rmqcore.encode_batch) with
+        consecutive queue offsets, in one segment."""
+        core = self._core
+        if core is None:
+            raise StoreError("the store is not started")
+        r = core.put_batch(topic, queue_id, batch, sysflag=sysflag,
+                           born_timestamp=born_timestamp, born_host=born_host)
+        if r.rolled:
+            self._schedule_allocate()
+        if self._listeners:
+            self._notify(topic, queue_id, r.queue_offset + r.count)
+        return r
+
+    async def put_message(self, topic: str, queue_id: int, body: bytes,
+                          properties: bytes | str = b"", **kw: Any) -> PutMessageResult:
+        """Append one message; in SYNC_FLUSH wait until it is durable (or
+        syncFlushTimeout passes: status FLUSH_DISK_TIMEOUT)."""
+        r = self.put_message_nowait(topic, queue_id, body, properties, **kw)
+        return await self._durable(r)
+
+    async def put_messages(self, topic: str, queue_id: int, batch: bytes,
+                           **kw: Any) -> PutMessageResult:
+        r = self.put_messages_nowait(topic, queue_id, batch, **kw)
+        return await self._durable(r)
+
+    async def _durable(self, r: rmqcore.AppendResult) -> PutMessageResult:
+        if self._group_commit is None:
+            return PutMessageResult(PutMessageStatus.PUT_OK, r)
+        if await self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes):
+            return PutMessageResult(PutMessageStatus.PUT_OK, r)
+        return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, r)
+
+    async def wait_durable(self, offset: int) -> None:
+        """Wait until CommitLog bytes below offset are durable (any mode)."""
+        if self._group_commit is not None:
+            await self._group_commit.wait_flushed(offset)
+            return
+        core = self.core
+        if core.flushed_offset >= offset:
+            return
+        assert self._io is not None
+        await self._io.run("flush-commitlog", core.flush_commit_log, 0)
+
+    def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(topic, queue_id, max_offset)
+            except Exception:
+                log.exception("arrival listener failed")
+
+    def _schedule_allocate(self) -> None:
+        """Create the next CommitLog segment ahead of need (AllocateMappedFileService)."""
+        if self._allocating or self._io is None or self._core is None:
+            return
+        if self._core.has_prepared_segment:
+            return
+        self._allocating = True
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._allocating = False
+            if not f.cancelled() and f.exception() is not None:
+                log.error("creating the next CommitLog segment failed: %s", f.exception())
+
+        self._io.run("allocate", self._core.prepare_next_segment).add_done_callback(done)
+
+    # -- get and lookups ---------------------------------------------------------
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        tags_codes: Iterable[int] | None = None,
+    ) -> rmqcore.GetResult:
+        """RocketMQ getMessage: byte ranges of up to max_msgs records from
+        offset, within maxTransferBytes/CountOnMessageInMemory."""
+        cfg = self.config
+        n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
+        return self.core.get_message(topic, queue_id, offset, max(n, 1),
+                                     cfg.max_transfer_bytes_on_message_in_memory,
+                                     list(tags_codes) if tags_codes else None)
+
+    def read(self, ranges: Sequence[tuple[int, int]]) -> bytes:
+        """The records of a GetResult as one buffer (the copying path)."""
+        return self.core.read_ranges(ranges)
+
+    def pin(self, phys_offset: int) -> rmqcore.SegmentPin:
+        """Pin the segment holding phys_offset (for sendfile)."""
+        return self.core.pin(phys_offset)
+
+    def look_message_by_offset(self, phys_offset: int) -> dict[str, Any]:
+        return self.core.look_message_by_offset(phys_offset)
+
+    def look_message_by_offset_msg_id(self, msg_id: str) -> dict[str, Any]:
+        """The message of an offsetMsgId stored by this store."""
+        host, offset = decode_offset_msg_id(msg_id)
+        if host != self._store_host:
+            raise ValueError(f"offsetMsgId {msg_id} was not stored by this broker")
+        return self.core.look_message_by_offset(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
+                      end_ts: int = 2**62) -> list[dict[str, Any]]:
+        """Messages of topic whose KEYS or UNIQ_KEY is key, newest first."""
+        core = self.core
+        return [core.look_message_by_offset(o)
+                for o in core.query_message_offsets(topic, key, max_num, begin_ts, end_ts)]
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.core.min_offset_in_queue(topic, queue_id)
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.core.max_offset_in_queue(topic, queue_id)
+
+    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.core.offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self.core.commit_log_min_offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self.core.commit_log_max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.core.flushed_offset
+
+    # -- maintenance ------------------------------------------------------------
+
+    async def clean_expired_files(self, *, now: float | None = None) -> CleanResult:
+        """Run one retention pass now (the store also runs it on a timer)."""
+        if self._clean is None:
+            raise StoreError("the store is not started")
+        return await self._clean.run_once(now=now)
+
+    async def flush(self) -> None:
+        """Flush the CommitLog, ConsumeQueues, index and checkpoint now."""
+        core = self.core
+        assert self._io is not None
+        await self._io.run("flush-commitlog", core.flush_commit_log, 0)
+        await self._io.run("flush-logics", core.flush_logics, 0)
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop every ConsumeQueue of topic (its CommitLog records stay until
+        retention removes them)."""
+        return self.core.delete_topic(topic)
