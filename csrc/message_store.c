@@ -130,17 +130,28 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int64_t *n) {
 
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n) { return dispatch_range(s, 0, n); }
 
+/* A stored record must not be reported as failed because building its
+ * ConsumeQueue unit or index entry failed (a full disk while creating a CQ
+ * or index file): the client would send it again. The error is kept and the
+ * dispatch is retried by the next put or by rmq_store_dispatch. */
+static void dispatch_after_put(rmq_store_t *s) {
+    int rc = rmq_store_dispatch(s, NULL);
+    __atomic_store_n(&s->dispatch_error, rc, __ATOMIC_RELAXED);
+}
+
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
     int rc = rmq_commit_log_append(&s->cl, m, r);
     if (rc != RMQ_OK) return rc;
-    return rmq_store_dispatch(s, NULL);
+    dispatch_after_put(s);
+    return RMQ_OK;
 }
 
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r) {
     int rc = rmq_commit_log_append_batch(&s->cl, proto, batch, batch_len, r);
     if (rc != RMQ_OK) return rc;
-    return rmq_store_dispatch(s, NULL);
+    dispatch_after_put(s);
+    return RMQ_OK;
 }
 
 static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {

@@ -76,6 +76,7 @@ typedef struct rmq_store {
     rmq_index_service_t *index; /* NULL when index_enable is 0 */
     int64_t dispatched;         /* atomic: CommitLog offset dispatched up to */
     int64_t last_dispatched_ts; /* store time of the last dispatched record */
+    int dispatch_error;         /* status of the last dispatch after a put */
     int checkpoint_fd;
     int lock_fd;
     rmq_consume_queue_t **graveyard; /* CQs of deleted topics, freed at close */
@@ -86,7 +87,8 @@ typedef struct rmq_store {
  * the abort marker exists until rmq_store_close. Blocking. */
 int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep);
 
-/* Append then dispatch. Owner thread. */
+/* Append then dispatch. A dispatch failure does not fail the put (the record
+ * is stored); it is kept in dispatch_error and retried. Owner thread. */
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r);
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r);

@@ -457,6 +457,23 @@ cdef class MessageStoreCore:
         self._check()
         return rmq_mfq_flushed_where(self._s.cl.mfq)
 
+    def dispatch(self) -> int:
+        """Dispatch records not yet in ConsumeQueues/IndexFiles (after a
+        failed dispatch); returns how many were dispatched."""
+        cdef int64_t n = 0
+        self._check()
+        rc = rmq_store_dispatch(self._s, &n)
+        self._s.dispatch_error = rc
+        _raise_for(rc, "dispatching to ConsumeQueues")
+        return n
+
+    @property
+    def dispatch_error(self) -> str | None:
+        """Why the last dispatch after a put failed (None when it did not)."""
+        self._check()
+        rc = self._s.dispatch_error
+        return None if rc == 0 else rmq_strerror(rc).decode()
+
     @property
     def dispatched_offset(self) -> int:
         self._check()

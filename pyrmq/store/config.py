@@ -76,9 +76,15 @@ class MessageStoreConfig:
                 f"message of maxMessageSize={self.max_message_size}: use a segment of at "
                 f"least {worst} bytes or a smaller maxMessageSize"
             )
-        for name in ("sync_flush_timeout_ms", "flush_interval_commit_log_ms",
-                     "flush_interval_consume_queue_ms", "clean_resource_interval_ms",
-                     "max_queue_nums", "max_hash_slot_num", "max_index_num"):
+        for name in (
+            "sync_flush_timeout_ms",
+            "flush_interval_commit_log_ms",
+            "flush_interval_consume_queue_ms",
+            "clean_resource_interval_ms",
+            "max_queue_nums",
+            "max_hash_slot_num",
+            "max_index_num",
+        ):
             if getattr(self, name) <= 0:
                 raise ClientError(f"{_camel(name)} must be > 0")
         if not 1 <= self.disk_max_used_space_ratio <= 95:

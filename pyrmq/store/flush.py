@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -26,8 +27,13 @@ class GroupCommitService:
     reports FLUSH_DISK_TIMEOUT); one timer sweeps them all, so a put costs
     no timer of its own."""
 
-    def __init__(self, core: rmqcore.MessageStoreCore, io: IOExecutor, timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        core: rmqcore.MessageStoreCore,
+        io: IOExecutor,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._core = core
         self._io = io
         self._timeout = timeout_s
@@ -164,8 +170,6 @@ class PeriodicFlushService:
     async def shutdown(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None

@@ -10,6 +10,7 @@ released."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import ipaddress
@@ -85,6 +86,7 @@ class MessageStore:
         self._clean: CleanService | None = None
         self._listeners: list[ArrivalListener] = []
         self._allocating = False
+        self._redispatch_task: asyncio.Task[None] | None = None
         self._sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = self.config.sync_flush_timeout_ms / 1000
 
@@ -106,24 +108,43 @@ class MessageStore:
         log.info(
             "store %s opened (%s shutdown): CommitLog end %d, scanned %d records from %d, "
             "trimmed %d bytes, re-dispatched %d records",
-            cfg.store_path_root_dir, "abnormal" if rec["abnormal"] else "clean",
-            rec["commit_log_end"], rec["records_scanned"], rec["scan_from"],
-            rec["bytes_trimmed"], rec["records_dispatched"],
+            cfg.store_path_root_dir,
+            "abnormal" if rec["abnormal"] else "clean",
+            rec["commit_log_end"],
+            rec["records_scanned"],
+            rec["scan_from"],
+            rec["bytes_trimmed"],
+            rec["records_dispatched"],
         )
         if self._sync:
             self._group_commit = GroupCommitService(self._core, self._io, self._sync_timeout)
         else:
-            self._services.append(PeriodicFlushService(
-                "FlushRealTimeService", self._core.flush_commit_log, self._io, "flush-commitlog",
-                cfg.flush_interval_commit_log_ms / 1000, cfg.flush_commit_log_least_pages,
-                cfg.flush_commit_log_thorough_interval_ms / 1000,
-            ))
-        self._services.append(PeriodicFlushService(
-            "FlushConsumeQueueService", self._core.flush_logics, self._io, "flush-logics",
-            cfg.flush_interval_consume_queue_ms / 1000, cfg.flush_consume_queue_least_pages,
-            cfg.flush_consume_queue_thorough_interval_ms / 1000,
-        ))
+            self._services.append(
+                PeriodicFlushService(
+                    "FlushRealTimeService",
+                    self._core.flush_commit_log,
+                    self._io,
+                    "flush-commitlog",
+                    cfg.flush_interval_commit_log_ms / 1000,
+                    cfg.flush_commit_log_least_pages,
+                    cfg.flush_commit_log_thorough_interval_ms / 1000,
+                )
+            )
+        self._services.append(
+            PeriodicFlushService(
+                "FlushConsumeQueueService",
+                self._core.flush_logics,
+                self._io,
+                "flush-logics",
+                cfg.flush_interval_consume_queue_ms / 1000,
+                cfg.flush_consume_queue_least_pages,
+                cfg.flush_consume_queue_thorough_interval_ms / 1000,
+            )
+        )
         self._clean = CleanService(self._core, cfg, self._io)
+        self._redispatch_task = asyncio.create_task(
+            self._redispatch_loop(), name="pyrmq:store:reput"
+        )
         for svc in self._services:
             svc.start()
         self._clean.start()
@@ -151,6 +172,11 @@ class MessageStore:
             return
         for svc in self._services:
             await svc.shutdown()
+        if self._redispatch_task is not None:
+            self._redispatch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._redispatch_task
+            self._redispatch_task = None
         if self._clean is not None:
             await self._clean.shutdown()
         if self._group_commit is not None:
@@ -205,9 +231,17 @@ class MessageStore:
         core = self._core
         if core is None:
             raise StoreError("the store is not started")
-        r = core.put(topic, queue_id, body, properties, flag=flag, sysflag=sysflag,
-                     born_timestamp=born_timestamp, born_host=born_host,
-                     reconsume_times=reconsume_times)
+        r = core.put(
+            topic,
+            queue_id,
+            body,
+            properties,
+            flag=flag,
+            sysflag=sysflag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            reconsume_times=reconsume_times,
+        )
         if r.rolled:
             self._schedule_allocate()
         if self._listeners:
@@ -229,23 +263,31 @@ class MessageStore:
         core = self._core
         if core is None:
             raise StoreError("the store is not started")
-        r = core.put_batch(topic, queue_id, batch, sysflag=sysflag,
-                           born_timestamp=born_timestamp, born_host=born_host)
+        r = core.put_batch(
+            topic,
+            queue_id,
+            batch,
+            sysflag=sysflag,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+        )
         if r.rolled:
             self._schedule_allocate()
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
 
-    async def put_message(self, topic: str, queue_id: int, body: bytes,
-                          properties: bytes | str = b"", **kw: Any) -> PutMessageResult:
+    async def put_message(
+        self, topic: str, queue_id: int, body: bytes, properties: bytes | str = b"", **kw: Any
+    ) -> PutMessageResult:
         """Append one message; in SYNC_FLUSH wait until it is durable (or
         syncFlushTimeout passes: status FLUSH_DISK_TIMEOUT)."""
         r = self.put_message_nowait(topic, queue_id, body, properties, **kw)
         return await self._durable(r)
 
-    async def put_messages(self, topic: str, queue_id: int, batch: bytes,
-                           **kw: Any) -> PutMessageResult:
+    async def put_messages(
+        self, topic: str, queue_id: int, batch: bytes, **kw: Any
+    ) -> PutMessageResult:
         r = self.put_messages_nowait(topic, queue_id, batch, **kw)
         return await self._durable(r)
 
@@ -274,6 +316,23 @@ class MessageStore:
             except Exception:
                 log.exception("arrival listener failed")
 
+    async def _redispatch_loop(self) -> None:
+        """ReputMessageService's safety net: when building ConsumeQueue or
+        index entries failed after a put (the record itself is stored), retry
+        once a second until it succeeds and tell long-polling listeners."""
+        while True:
+            await asyncio.sleep(1.0)
+            core = self._core
+            if core is None or core.dispatched_offset >= core.commit_log_max_offset:
+                continue
+            try:
+                n = core.dispatch()
+                log.info("re-dispatched %d record(s) after an earlier failure", n)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("dispatch still failing: %s", e)
+
     def _schedule_allocate(self) -> None:
         """Create the next CommitLog segment ahead of need (AllocateMappedFileService)."""
         if self._allocating or self._io is None or self._core is None:
@@ -284,8 +343,13 @@ class MessageStore:
 
         def done(f: asyncio.Future[None]) -> None:
             self._allocating = False
-            if not f.cancelled() and f.exception() is not None:
+            if f.cancelled():
+                return
+            if f.exception() is not None:
                 log.error("creating the next CommitLog segment failed: %s", f.exception())
+                return
+            # The log may have rolled again while the file was being made.
+            self._schedule_allocate()
 
         self._io.run("allocate", self._core.prepare_next_segment).add_done_callback(done)
 
@@ -303,9 +367,14 @@ class MessageStore:
         offset, within maxTransferBytes/CountOnMessageInMemory."""
         cfg = self.config
         n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
-        return self.core.get_message(topic, queue_id, offset, max(n, 1),
-                                     cfg.max_transfer_bytes_on_message_in_memory,
-                                     list(tags_codes) if tags_codes else None)
+        return self.core.get_message(
+            topic,
+            queue_id,
+            offset,
+            max(n, 1),
+            cfg.max_transfer_bytes_on_message_in_memory,
+            list(tags_codes) if tags_codes else None,
+        )
 
     def read(self, ranges: Sequence[tuple[int, int]]) -> bytes:
         """The records of a GetResult as one buffer (the copying path)."""
@@ -325,12 +394,15 @@ class MessageStore:
             raise ValueError(f"offsetMsgId {msg_id} was not stored by this broker")
         return self.core.look_message_by_offset(offset)
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
-                      end_ts: int = 2**62) -> list[dict[str, Any]]:
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**62
+    ) -> list[dict[str, Any]]:
         """Messages of topic whose KEYS or UNIQ_KEY is key, newest first."""
         core = self.core
-        return [core.look_message_by_offset(o)
-                for o in core.query_message_offsets(topic, key, max_num, begin_ts, end_ts)]
+        return [
+            core.look_message_by_offset(o)
+            for o in core.query_message_offsets(topic, key, max_num, begin_ts, end_ts)
+        ]
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.core.min_offset_in_queue(topic, queue_id)

@@ -50,6 +50,7 @@ cdef extern from "message_store.h" nogil:
     ctypedef struct rmq_store_t:
         rmq_commit_log_t cl
         int64_t dispatched
+        int dispatch_error
 
     int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep)
     int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r)

@@ -1,0 +1,46 @@
+"""Shared fixtures: small stores in tmp_path, and a leak check on mapped files."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+import rmqcore
+from pyrmq.store import MessageStoreConfig
+
+
+def small_config(root: str, **kw: object) -> MessageStoreConfig:
+    """A store config with small files so tests exercise rolling."""
+    base: dict[str, object] = dict(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=100 * 20,
+        max_message_size=256 * 1024,
+        max_hash_slot_num=1024,
+        max_index_num=4096,
+        warm_mapped_file_enable=False,
+    )
+    base.update(kw)
+    return MessageStoreConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def run() -> Iterator[object]:
+    """run(coro): run a coroutine on a fresh event loop."""
+    loop = asyncio.new_event_loop()
+    try:
+        yield loop.run_until_complete
+    finally:
+        loop.close()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_mapped_files() -> Iterator[None]:
+    import gc
+
+    before = rmqcore.live_mapped_files()
+    yield
+    gc.collect()
+    assert rmqcore.live_mapped_files() <= before, "a test left mapped files open"
