@@ -129,3 +129,22 @@ def validate_topic(topic) -> None:
 def live_mapped_files() -> int:
     """Mapped files currently open in this process (for leak checks)."""
     return rmq_mapped_file_live_count()
+
+
+def iter_records(data, Py_ssize_t start=0, bint check_crc=True):
+    """Yield (position, record dict) for back-to-back records in data from
+    start, stopping quietly at a blank or never-written record; a malformed
+    record or CRC mismatch raises CorruptStoreError naming its position."""
+    cdef const unsigned char[::1] mv = data
+    cdef Py_ssize_t n = mv.shape[0], pos = start
+    cdef rmq_record_view_t v
+    cdef int rc
+    while pos < n:
+        rc = rmq_record_decode(&mv[pos], n - pos, &v)
+        if rc == RMQ_ENOT_FOUND:
+            return
+        _raise_for(rc, f"record at byte {pos}")
+        if check_crc and not rmq_record_crc_ok(&v):
+            raise CorruptStoreError(f"record at byte {pos}: body CRC mismatch", RMQ_ECORRUPT)
+        yield pos, _view_to_dict(&v)
+        pos += v.total_size
