@@ -103,16 +103,14 @@ static int reserve(rmq_commit_log_t *cl, int64_t need, rmq_mapped_file_t **out, 
     if (wrote + need + RMQ_END_FILE_MIN_BLANK_LENGTH > f->file_size) {
         rmq_mapped_file_t *next;
         /* Create the next segment before blank-filling, so a full disk
-         * leaves the current segment untouched. */
-        rmq_mapped_file_set_wrote(f, f->file_size);
-        rc = rmq_mfq_last_for_append(q, 0, &next);
-        if (rc != RMQ_OK) {
-            rmq_mapped_file_set_wrote(f, wrote);
-            return rc;
-        }
+         * leaves the current segment untouched (and its write position,
+         * which a concurrent flush reads, never moves back). */
+        rc = rmq_mfq_append_next(q, &next);
+        if (rc != RMQ_OK) return rc;
         int64_t left = f->file_size - wrote;
         rmq_put_be32(f->base + wrote, (int32_t)left);
         rmq_put_be32(f->base + wrote + 4, RMQ_BLANK_MAGIC_CODE);
+        rmq_mapped_file_set_wrote(f, f->file_size);
         f = next;
         *rolled = 1;
     }

@@ -186,14 +186,19 @@ int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end) {
 
 int rmq_cq_delete_expired(rmq_consume_queue_t *cq, int64_t clog_min) {
     /* Move min_logic_offset to the first unit that still points into the
-     * CommitLog, then drop whole segments below it. */
-    int64_t q = rmq_cq_min_offset(cq), max = rmq_cq_max_offset(cq);
-    while (q < max) {
+     * CommitLog (units' offsets increase: binary search; an empty unit
+     * counts as expired), then drop whole segments below it. */
+    int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
         rmq_cq_unit_t u;
-        if (rmq_cq_get(cq, q, &u) != RMQ_OK) break;
-        if (u.size > 0 && u.phys_offset >= clog_min) break;
-        q++;
+        int live = rmq_cq_get(cq, mid, &u) == RMQ_OK && u.size > 0 && u.phys_offset >= clog_min;
+        if (live)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
+    int64_t q = lo;
     __atomic_store_n(&cq->min_logic_offset, q * UNIT, __ATOMIC_RELEASE);
     return rmq_mfq_delete_before(cq->mfq, q * UNIT);
 }

@@ -50,7 +50,13 @@ static int push_file(rmq_mfq_t *q, rmq_mapped_file_t *f) {
         q->cap = cap;
     }
     q->files[q->count++] = f;
+    __atomic_store_n(&q->last, f, __ATOMIC_RELEASE);
     return RMQ_OK;
+}
+
+static void update_last(rmq_mfq_t *q) {
+    /* Caller holds the lock. */
+    __atomic_store_n(&q->last, q->count ? q->files[q->count - 1] : NULL, __ATOMIC_RELEASE);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -144,7 +150,7 @@ int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out) 
     return RMQ_OK;
 }
 
-rmq_mapped_file_t *rmq_mfq_last(rmq_mfq_t *q) { return q->count ? q->files[q->count - 1] : NULL; }
+rmq_mapped_file_t *rmq_mfq_last(rmq_mfq_t *q) { return __atomic_load_n(&q->last, __ATOMIC_ACQUIRE); }
 
 static int create_file(rmq_mfq_t *q, int64_t start, rmq_mapped_file_t **out) {
     char path[PATH_MAX];
@@ -182,14 +188,8 @@ int rmq_mfq_has_prepared(rmq_mfq_t *q) {
     return __atomic_load_n(&q->prepared, __ATOMIC_ACQUIRE) != NULL;
 }
 
-int rmq_mfq_last_for_append(rmq_mfq_t *q, int64_t start_offset, rmq_mapped_file_t **out) {
-    rmq_mapped_file_t *last = rmq_mfq_last(q);
-    if (last && rmq_mapped_file_wrote(last) < q->file_size) {
-        *out = last;
-        return RMQ_OK;
-    }
-    int64_t start = last ? last->from_offset + q->file_size
-                         : start_offset - start_offset % q->file_size;
+static int append_file(rmq_mfq_t *q, int64_t start, int empty, int64_t start_offset,
+                       rmq_mapped_file_t **out) {
     rmq_mapped_file_t *f = NULL;
     pthread_mutex_lock(&q->lock);
     if (q->prepared && q->prepared->from_offset == start) {
@@ -201,7 +201,7 @@ int rmq_mfq_last_for_append(rmq_mfq_t *q, int64_t start_offset, rmq_mapped_file_
         int rc = create_file(q, start, &f);
         if (rc != RMQ_OK) return rc;
     }
-    if (!last) {
+    if (empty) {
         /* An empty queue may start mid-file (a ConsumeQueue whose head was
          * removed): everything before start_offset counts as written. */
         int64_t rel = start_offset - start;
@@ -218,6 +218,23 @@ int rmq_mfq_last_for_append(rmq_mfq_t *q, int64_t start_offset, rmq_mapped_file_
     }
     *out = f;
     return RMQ_OK;
+}
+
+int rmq_mfq_append_next(rmq_mfq_t *q, rmq_mapped_file_t **out) {
+    rmq_mapped_file_t *last = rmq_mfq_last(q);
+    if (!last) return rmq_mfq_last_for_append(q, 0, out);
+    return append_file(q, last->from_offset + q->file_size, 0, 0, out);
+}
+
+int rmq_mfq_last_for_append(rmq_mfq_t *q, int64_t start_offset, rmq_mapped_file_t **out) {
+    rmq_mapped_file_t *last = rmq_mfq_last(q);
+    if (last && rmq_mapped_file_wrote(last) < q->file_size) {
+        *out = last;
+        return RMQ_OK;
+    }
+    int64_t start = last ? last->from_offset + q->file_size
+                         : start_offset - start_offset % q->file_size;
+    return append_file(q, start, last == NULL, start_offset, out);
 }
 
 static int find_index(rmq_mfq_t *q, int64_t offset) {
@@ -313,6 +330,7 @@ int rmq_mfq_truncate_dirty(rmq_mfq_t *q, int64_t offset) {
     q->prepared = NULL;
     while (q->count > 0 && q->files[q->count - 1]->from_offset > offset) {
         rmq_mapped_file_t *f = q->files[--q->count];
+        update_last(q);
         rmq_mapped_file_destroy(f, 1);
     }
     if (q->count > 0) {
@@ -334,6 +352,7 @@ static int delete_head(rmq_mfq_t *q, int k) {
     for (int i = 0; i < k; i++) rmq_mapped_file_destroy(q->files[i], 1);
     memmove(q->files, q->files + k, (size_t)(q->count - k) * sizeof(*q->files));
     q->count -= k;
+    update_last(q);
     return k;
 }
 

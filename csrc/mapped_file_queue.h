@@ -20,6 +20,7 @@ typedef struct rmq_mfq {
     rmq_mapped_file_t **files; /* sorted by from_offset, contiguous */
     int count;
     int cap;
+    rmq_mapped_file_t *last;     /* atomic: files[count-1] or NULL, for lock-free readers */
     rmq_mapped_file_t *prepared; /* the next file, created ahead of need */
     int warm;                    /* prefault new files (MADV_POPULATE_READ) */
     int64_t flushed_where;       /* atomic: absolute offset known durable */
@@ -38,8 +39,14 @@ int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out);
  * empty). Owner thread. May block creating a file if none was prepared. */
 int rmq_mfq_last_for_append(rmq_mfq_t *q, int64_t start_offset, rmq_mapped_file_t **out);
 
-/* The last file or NULL. Owner thread, no pin. */
+/* The last file or NULL. No pin: the last file is only removed by
+ * truncate_dirty/destroy_all, which the owner thread calls. Any thread. */
 rmq_mapped_file_t *rmq_mfq_last(rmq_mfq_t *q);
+
+/* Append a new file after the last one (the prepared one when there is one)
+ * even if the last has room left: the CommitLog rolls before it writes the
+ * blank record, so a failure leaves the last file as it was. Owner thread. */
+int rmq_mfq_append_next(rmq_mfq_t *q, rmq_mapped_file_t **out);
 
 /* Create (and warm) the file that will follow the last one, unless already
  * prepared. Blocking; any thread; call off the hot path. */
