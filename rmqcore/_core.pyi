@@ -1,0 +1,176 @@
+"""Typed surface of rmqcore._core (checked against the module by a test)."""
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+MESSAGE_MAGIC_CODE: int
+MESSAGE_MAGIC_CODE_V2: int
+BLANK_MAGIC_CODE: int
+END_FILE_MIN_BLANK_LENGTH: int
+RECORD_FIXED_IPV4: int
+CQ_STORE_UNIT_SIZE: int
+INDEX_HEADER_SIZE: int
+INDEX_ENTRY_SIZE: int
+INDEX_HASH_SLOT_SIZE: int
+DEFAULT_COMMIT_LOG_FILE_SIZE: int
+DEFAULT_CQ_UNITS_PER_FILE: int
+DEFAULT_MAX_MESSAGE_SIZE: int
+DEFAULT_INDEX_HASH_SLOT_NUM: int
+DEFAULT_INDEX_NUM: int
+MAX_TOPIC_LENGTH: int
+MAX_PROPERTIES_LENGTH: int
+BATCH_ENTRY_FIXED: int
+SYSFLAG_COMPRESSED: int
+SYSFLAG_MULTI_TAGS: int
+SYSFLAG_TRANSACTION_PREPARED: int
+SYSFLAG_TRANSACTION_COMMIT: int
+SYSFLAG_TRANSACTION_ROLLBACK: int
+SYSFLAG_BORNHOST_V6: int
+SYSFLAG_STOREHOST_V6: int
+CHECKPOINT_FILE_SIZE: int
+GET_MESSAGE_STATUS: tuple[str, ...]
+
+def java_hash(s: str | bytes) -> int: ...
+def tag_code(tag: str | bytes | None) -> int: ...
+def body_crc(body: bytes | bytearray | memoryview) -> int: ...
+def encode_properties(props: Mapping[str, object] | None) -> bytes: ...
+def decode_properties(data: bytes | str) -> dict[str, str]: ...
+def encode_batch(
+    messages: Iterable[tuple[bytes, bytes | Mapping[str, object], int]],
+) -> bytes: ...
+def decode_records(data: bytes | bytearray | memoryview, check_crc: bool = ...) -> list[dict[str, Any]]: ...
+def iter_records(
+    data: bytes | bytearray | memoryview, start: int = ..., check_crc: bool = ...
+) -> Iterator[tuple[int, dict[str, Any]]]: ...
+def record_size(
+    body_len: int, topic_len: int, props_len: int, born_host_len: int = ..., store_host_len: int = ...
+) -> int: ...
+def validate_topic(topic: str | bytes) -> None: ...
+def live_mapped_files() -> int: ...
+def offset_msg_id(store_host: bytes, phys_offset: int) -> str: ...
+
+class AppendResult:
+    phys_offset: int
+    queue_offset: int
+    wrote_bytes: int
+    count: int
+    rolled: bool
+    store_timestamp: int
+    store_host: bytes
+    @property
+    def next_phys_offset(self) -> int: ...
+    @property
+    def msg_id(self) -> str: ...
+
+class GetResult:
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    total_bytes: int
+    ranges: list[tuple[int, int]]
+    tags_codes: list[int]
+    @property
+    def message_count(self) -> int: ...
+
+class SegmentPin:
+    start_offset: int
+    end_offset: int
+    @property
+    def fd(self) -> int: ...
+    def sendfile(self, sock_fd: int, phys_offset: int, count: int) -> int: ...
+    def read(self, phys_offset: int, count: int) -> bytes: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> SegmentPin: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class MessageStoreCore:
+    store_host: bytes
+    recovery: dict[str, Any]
+    root: str
+    def __init__(
+        self,
+        root: str,
+        *,
+        commit_log_file_size: int = ...,
+        cq_units_per_file: int = ...,
+        max_message_size: int = ...,
+        max_queue_nums: int = ...,
+        index_hash_slot_num: int = ...,
+        index_num: int = ...,
+        index_enable: bool = ...,
+        warm_mapped_files: bool = ...,
+        store_host: bytes | None = ...,
+    ) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def put(
+        self,
+        topic: str | bytes,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        properties: bytes | str = ...,
+        *,
+        flag: int = ...,
+        sysflag: int = ...,
+        born_timestamp: int = ...,
+        born_host: bytes | None = ...,
+        reconsume_times: int = ...,
+        prepared_tx_offset: int = ...,
+    ) -> AppendResult: ...
+    def put_batch(
+        self,
+        topic: str | bytes,
+        queue_id: int,
+        batch: bytes | bytearray | memoryview,
+        *,
+        sysflag: int = ...,
+        born_timestamp: int = ...,
+        born_host: bytes | None = ...,
+        reconsume_times: int = ...,
+    ) -> AppendResult: ...
+    def get_message(
+        self,
+        topic: str | bytes,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = ...,
+        max_bytes: int = ...,
+        tags_codes: Iterable[int] | None = ...,
+    ) -> GetResult: ...
+    def read(self, phys_offset: int, size: int) -> bytes: ...
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> bytes: ...
+    def look_message_by_offset(self, phys_offset: int) -> dict[str, Any]: ...
+    def pin(self, phys_offset: int) -> SegmentPin: ...
+    def min_offset_in_queue(self, topic: str | bytes, queue_id: int) -> int: ...
+    def max_offset_in_queue(self, topic: str | bytes, queue_id: int) -> int: ...
+    def offset_in_queue_by_time(self, topic: str | bytes, queue_id: int, timestamp_ms: int) -> int: ...
+    def query_message_offsets(
+        self, topic: str | bytes, key: str | bytes, max_num: int = ..., begin_ts: int = ...,
+        end_ts: int = ...,
+    ) -> list[int]: ...
+    def dispatch(self) -> int: ...
+    @property
+    def dispatch_error(self) -> str | None: ...
+    @property
+    def commit_log_min_offset(self) -> int: ...
+    @property
+    def commit_log_max_offset(self) -> int: ...
+    @property
+    def flushed_offset(self) -> int: ...
+    @property
+    def dispatched_offset(self) -> int: ...
+    @property
+    def commit_log_file_size(self) -> int: ...
+    def commit_log_files(self) -> list[int]: ...
+    def flush_commit_log(self, least_pages: int = ...) -> int: ...
+    def flush_logics(self, least_pages: int = ...) -> None: ...
+    def prepare_next_segment(self) -> None: ...
+    @property
+    def has_prepared_segment(self) -> bool: ...
+    def delete_expired_commit_log(
+        self, expire_ms: int, now_ms: int, force: bool = ..., max_files: int = ...
+    ) -> int: ...
+    def delete_expired_logics(self) -> int: ...
+    def delete_topic(self, topic: str | bytes) -> int: ...
