@@ -30,7 +30,7 @@ def test_check_passes_a_healthy_store(tmp_path, run, capsys):
 
 def test_check_reports_a_flipped_body_byte_without_touching_the_file(tmp_path, run):
     results = _fill(str(tmp_path), run)
-    seg = tmp_path / "commitlog" / ("%020d" % 0)
+    seg = tmp_path / "commitlog" / f"{0:020d}"
     target = results[123]
     pos = target.phys_offset + target.wrote_bytes - 5  # inside the body's tail ("0123")
     with open(seg, "r+b") as f:
