@@ -435,3 +435,34 @@ def test_full_disk_fails_sends_cleanly_and_recovers(tiny_fs, run):
             assert store.max_offset_in_queue("T", 0) == len(sent) + 1
 
     run(main())
+
+
+@pytest.mark.parametrize(("ratio", "aged", "expect_deleted"), [
+    (0.50, True, False),   # not the hour, disk fine: nothing
+    (0.80, True, True),    # over diskMaxUsedSpaceRatio: expired files go at any hour
+    (0.80, False, False),  # ...but only expired ones
+    (0.90, False, True),   # over diskSpaceCleanForciblyRatio: the oldest go even if young
+])
+def test_retention_by_disk_usage(tmp_path, run, ratio, aged, expect_deleted):
+    from pyrmq.store.clean import CleanService
+
+    if time.localtime().tm_hour == 4:
+        pytest.skip("runs inside deleteWhen (04), where hour-based deletion applies too")
+
+    async def main():
+        cfg = small_config(str(tmp_path), file_reserved_time=1, delete_when="04")
+        async with MessageStore(cfg) as store:
+            for _ in range(800):
+                store.put_message_nowait("T", 0, b"d" * 2000)
+            files = store.core.commit_log_files()
+            if aged:
+                old = time.time() - 2 * 3600
+                for start in files[:-1]:
+                    os.utime(tmp_path / "commitlog" / f"{start:020d}", (old, old))
+            svc = CleanService(store.core, cfg, store._io, disk_ratio=lambda _path: ratio)
+            res = await svc.run_once(now=time.time())
+            assert (res.commit_log_files > 0) == expect_deleted
+            remaining = store.core.commit_log_files()
+            assert remaining[-1] == files[-1]  # never the segment being written
+            store.put_message_nowait("T", 0, b"still writing")
+    run(main())
