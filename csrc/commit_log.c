@@ -134,15 +134,19 @@ int rmq_commit_log_append(rmq_commit_log_t *cl, const rmq_msg_in_t *m, rmq_appen
     int64_t wrote = rmq_mapped_file_wrote(f);
     int64_t phys = f->from_offset + wrote;
     int64_t now = rmq_now_ms();
+    /* Prepared and rolled-back transaction records never reach a
+     * ConsumeQueue, so they take no queue offset (RocketMQ stores 0). */
+    int counted = rmq_sysflag_in_consume_queue(m->sysflag);
+    int64_t qoff = counted ? e->next_queue_offset : 0;
     encode(f->base + wrote, size, cl, m, m->flag, m->body, m->body_len, m->props, m->props_len,
-           e->next_queue_offset, phys, now);
+           qoff, phys, now);
     rmq_mapped_file_set_wrote(f, wrote + size);
     r->phys_offset = phys;
-    r->queue_offset = e->next_queue_offset;
+    r->queue_offset = qoff;
     r->wrote_bytes = size;
     r->count = 1;
     r->store_timestamp = now;
-    e->next_queue_offset++;
+    if (counted) e->next_queue_offset++;
     return RMQ_OK;
 }
 
@@ -191,7 +195,8 @@ int rmq_commit_log_append_batch(rmq_commit_log_t *cl, const rmq_msg_in_t *proto,
     int64_t wrote = rmq_mapped_file_wrote(f);
     int64_t start = wrote;
     int64_t now = rmq_now_ms();
-    int64_t qoff = e->next_queue_offset;
+    int counted = rmq_sysflag_in_consume_queue(proto->sysflag);
+    int64_t qoff = counted ? e->next_queue_offset : 0;
     int64_t pos = 0;
     r->phys_offset = f->from_offset + wrote;
     r->queue_offset = qoff;
@@ -204,12 +209,13 @@ int rmq_commit_log_append_batch(rmq_commit_log_t *cl, const rmq_msg_in_t *proto,
         int64_t size = rmq_record_size(body_len, proto->topic_len, props_len, proto->born_host_len,
                                        cl->store_host_len);
         encode(f->base + wrote, size, cl, proto, flag, p + 20, body_len, p + 22 + body_len,
-               props_len, qoff++, f->from_offset + wrote, now);
+               props_len, qoff, f->from_offset + wrote, now);
+        if (counted) qoff++;
         wrote += size;
         pos += entry;
     }
     rmq_mapped_file_set_wrote(f, wrote);
-    e->next_queue_offset = qoff;
+    if (counted) e->next_queue_offset = qoff;
     r->wrote_bytes = wrote - start;
     r->count = count;
     r->store_timestamp = now;
@@ -276,6 +282,7 @@ int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, con
                   int32_t *val_len) {
     size_t nl = strlen(name);
     const uint8_t *p = props, *end = props + props_len;
+    int found = 0;
     while (p < end) {
         const uint8_t *item_end = memchr(p, RMQ_PROPERTY_SEPARATOR, (size_t)(end - p));
         if (!item_end) item_end = end;
@@ -284,11 +291,11 @@ int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, con
             !memchr(sep + 1, RMQ_NAME_VALUE_SEPARATOR, (size_t)(item_end - sep - 1))) {
             *val = sep + 1;
             *val_len = (int32_t)(item_end - sep - 1);
-            return 1;
+            found = 1;
         }
         p = item_end + 1;
     }
-    return 0;
+    return found;
 }
 
 int64_t rmq_commit_log_roll_next(const rmq_commit_log_t *cl, int64_t offset) {
@@ -333,6 +340,7 @@ int rmq_commit_log_scan(rmq_commit_log_t *cl, int64_t offset, int check_crc, int
         }
         if (rc != RMQ_OK || v.phys_offset != offset) break;
         if (rmq_validate_topic(v.topic, v.topic_len) != RMQ_OK) break;
+        if (v.queue_id < 0 || v.queue_id >= cl->max_queue_nums || v.queue_offset < 0) break;
         if (check_crc && !rmq_record_crc_ok(&v)) break;
         n++;
         if (last_store_ts) *last_store_ts = v.store_timestamp;

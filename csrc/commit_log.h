@@ -101,7 +101,8 @@ int rmq_record_decode(const uint8_t *buf, int64_t avail, rmq_record_view_t *v);
 int rmq_record_crc_ok(const rmq_record_view_t *v);
 
 /* Find property name in a properties string; *val and *val_len point into props.
- * Returns 1 when found. Pure. */
+ * When a name repeats, the last one wins (as Java's parser). Returns 1 when
+ * found. Pure. */
 int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
                   int32_t *val_len);
 
@@ -119,6 +120,13 @@ int rmq_commit_log_read_pinned(rmq_commit_log_t *cl, int64_t offset, rmq_mapped_
 
 /* The next record boundary after a blank record at offset: the next segment. */
 int64_t rmq_commit_log_roll_next(const rmq_commit_log_t *cl, int64_t offset);
+
+/* Whether a record with this SYSFLAG gets a ConsumeQueue unit and a queue
+ * offset: not a prepared or rolled-back transaction message. */
+static inline int rmq_sysflag_in_consume_queue(int32_t sysflag) {
+    int32_t tx = sysflag & 0xC;
+    return tx == 0 || tx == 0x8;
+}
 
 /* Wall clock in ms. */
 int64_t rmq_now_ms(void);

@@ -146,41 +146,65 @@ int rmq_cq_read_filtered(rmq_consume_queue_t *cq, int64_t qoff, int64_t max_scan
     return RMQ_OK;
 }
 
+/* Unit at absolute index idx during recovery (owner thread, no pin needed:
+ * nothing else runs yet). 0 when there is no file for it. */
+static int unit_at(rmq_mfq_t *q, int64_t idx, rmq_cq_unit_t *u) {
+    rmq_mapped_file_t *f;
+    if (rmq_mfq_find_pinned(q, idx * UNIT, &f) != RMQ_OK) return 0;
+    read_unit(f->base + (idx * UNIT - f->from_offset), u);
+    rmq_mapped_file_unpin(f);
+    return 1;
+}
+
+static int unit_is_empty(const rmq_cq_unit_t *u) { return u->size == 0 && u->phys_offset == 0; }
+
 int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end) {
     rmq_mfq_t *q = cq->mfq;
     if (q->count == 0) return RMQ_OK;
-    /* Files come back from open with wrote = file size; find the real end:
-     * the last unit that is set, increasing and inside the CommitLog. Scan
-     * forward from the start of the last 3 segments (RocketMQ does too). */
-    int first = q->count > 3 ? q->count - 3 : 0;
-    int64_t pos = q->files[first]->from_offset;
-    if (pos < cq->min_logic_offset) pos = cq->min_logic_offset;
-    int64_t end = pos, last_phys = -1, last_end = 0;
-    for (int i = first; i < q->count; i++) {
-        rmq_mapped_file_t *f = q->files[i];
-        int64_t rel = pos > f->from_offset ? pos - f->from_offset : 0;
-        int stop = 0;
-        for (; rel + UNIT <= f->file_size; rel += UNIT) {
-            rmq_cq_unit_t u;
-            read_unit(f->base + rel, &u);
-            if (u.size == 0 && u.phys_offset == 0) {
-                /* Empty unit: a gap, or the end. Look ahead for later units. */
-                continue;
-            }
-            if (u.size <= 0 || u.phys_offset < 0 || u.phys_offset <= last_phys ||
-                u.phys_offset + u.size > phy_end) {
-                stop = 1;
-                break;
-            }
-            last_phys = u.phys_offset;
-            last_end = u.phys_offset + u.size;
-            end = f->from_offset + rel + UNIT;
-        }
-        if (stop) break;
+    int64_t lo = rmq_mfq_min_offset(q) / UNIT;
+    rmq_cq_unit_t u;
+    /* 1. The written end: after the last non-empty unit (trailing units of
+     *    the last files were never written). */
+    int64_t hi = rmq_mfq_max_offset(q) / UNIT;
+    while (hi > lo && unit_at(q, hi - 1, &u) && unit_is_empty(&u)) hi--;
+    /* 2. Units point at increasing CommitLog offsets, so the ones that point
+     *    past phy_end (the recovered CommitLog end) form a suffix: binary
+     *    search for it over the whole queue, not just its last files. */
+    int64_t a = lo, b = hi;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        int bad = unit_at(q, mid, &u) && !unit_is_empty(&u) &&
+                  (u.size <= 0 || u.phys_offset < 0 || u.phys_offset + u.size > phy_end);
+        if (bad)
+            b = mid;
+        else
+            a = mid + 1;
     }
-    int rc = rmq_mfq_truncate_dirty(q, end);
-    cq->max_phy_end = last_end;
-    if (cq->min_logic_offset > end) cq->min_logic_offset = end;
+    int64_t end = a;
+    /* 3. Check the recent units (the last 3 files, as RocketMQ) for damage:
+     *    stop at the first that is malformed or not increasing. */
+    int first = q->count > 3 ? q->count - 3 : 0;
+    int64_t from = q->files[first]->from_offset / UNIT;
+    if (from < lo) from = lo;
+    int64_t last_phys = -1;
+    for (int64_t k = from; k < end; k++) {
+        if (!unit_at(q, k, &u)) {
+            end = k;
+            break;
+        }
+        if (unit_is_empty(&u)) continue;
+        if (u.size <= 0 || u.phys_offset < 0 || u.phys_offset <= last_phys) {
+            end = k;
+            break;
+        }
+        last_phys = u.phys_offset;
+    }
+    /* 4. Drop empty units at the new end. */
+    while (end > lo && unit_at(q, end - 1, &u) && unit_is_empty(&u)) end--;
+    cq->max_phy_end = 0;
+    if (end > lo && unit_at(q, end - 1, &u)) cq->max_phy_end = u.phys_offset + u.size;
+    int rc = rmq_mfq_truncate_dirty(q, end * UNIT);
+    if (cq->min_logic_offset > end * UNIT) cq->min_logic_offset = end * UNIT;
     return rc;
 }
 

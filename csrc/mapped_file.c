@@ -81,6 +81,7 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
     f->base = base;
     f->file_size = file_size;
     f->from_offset = from_offset;
+    f->found_size = created ? 0 : (int64_t)st.st_size;
     f->refs = 1;
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
     *out = f;

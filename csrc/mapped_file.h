@@ -15,6 +15,7 @@ typedef struct rmq_mapped_file {
     uint8_t *base;          /* mmap of file_size bytes */
     int64_t file_size;
     int64_t from_offset;    /* logical offset of byte 0 (the file's name) */
+    int64_t found_size;     /* size on disk when opened (< file_size: it was short) */
     int64_t wrote_pos;      /* atomic: bytes written (relative) */
     int64_t flushed_pos;    /* atomic: bytes known durable (relative) */
     int refs;               /* atomic: pins + 1 for the owner */

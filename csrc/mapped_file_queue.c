@@ -88,6 +88,7 @@ int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out) 
     q->dir = strdup(dir);
     q->file_size = file_size;
     q->warm = warm;
+    q->first_short = -1;
     pthread_mutex_init(&q->lock, NULL);
     if (!q->dir) {
         rmq_mfq_close(q);
@@ -135,8 +136,12 @@ int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out) 
         rc = rmq_mapped_file_open(path, starts[i], file_size, 0, &f);
         if (rc == RMQ_ECORRUPT) rc = RMQ_ENOT_STORE;
         if (rc != RMQ_OK) break;
-        f->wrote_pos = file_size;
-        f->flushed_pos = file_size;
+        /* A file shorter than a segment was cut (a torn write or damage):
+         * its data ends where the file ended, whatever the zeros that now
+         * pad it to size might look like. */
+        f->wrote_pos = f->found_size < file_size ? f->found_size : file_size;
+        f->flushed_pos = f->wrote_pos;
+        if (f->found_size < file_size && q->first_short < 0) q->first_short = starts[i];
         rc = push_file(q, f);
         if (rc != RMQ_OK) rmq_mapped_file_destroy(f, 0);
     }

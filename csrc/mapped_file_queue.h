@@ -23,6 +23,7 @@ typedef struct rmq_mfq {
     rmq_mapped_file_t *last;     /* atomic: files[count-1] or NULL, for lock-free readers */
     rmq_mapped_file_t *prepared; /* the next file, created ahead of need */
     int warm;                    /* prefault new files (MADV_POPULATE_READ) */
+    int64_t first_short;         /* start of the first file found short at open, or -1 */
     int64_t flushed_where;       /* atomic: absolute offset known durable */
     pthread_mutex_t lock;
 } rmq_mfq_t;
@@ -31,7 +32,9 @@ typedef struct rmq_mfq {
  * be named by 20 digits that are a multiple of file_size, contiguous, and of
  * size <= file_size (a short file is extended); anything else is
  * RMQ_ENOT_STORE. wrote/flushed positions are set to the full size of every
- * file: callers trim with truncate_dirty after recovery. Blocking. */
+ * file, or to the size found for a short file (then extended; first_short
+ * names the first such file): callers trim with truncate_dirty after
+ * recovery. Blocking. */
 int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out);
 
 /* The file to append to: the last one if it has room, else a new one starting

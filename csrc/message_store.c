@@ -64,10 +64,27 @@ static int entry_cq(rmq_store_t *s, rmq_tq_entry_t *e, rmq_consume_queue_t **out
     return RMQ_OK;
 }
 
+/* Recovery's check that a re-dispatched record agrees with its queue: its
+ * queue offset is the queue's next one, or an existing unit that points at
+ * this very record. A flipped byte in QUEUEID/QUEUEOFFSET/TOPIC of an
+ * unflushed record (the body CRC does not cover them) fails here. */
+static int record_fits_queue(rmq_store_t *s, const rmq_record_view_t *v) {
+    rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 0);
+    rmq_consume_queue_t *cq = e ? e->cq : NULL;
+    if (!cq || rmq_mfq_last(cq->mfq) == NULL) return v->queue_offset == 0;
+    int64_t max = rmq_cq_max_offset(cq);
+    if (v->queue_offset > max) return 0;
+    if (v->queue_offset == max) return 1;
+    rmq_cq_unit_t u;
+    if (rmq_cq_get(cq, v->queue_offset, &u) != RMQ_OK) return 1; /* expired head */
+    return u.phys_offset == v->phys_offset && u.size == v->total_size;
+}
+
 /* Dispatch one record (CommitLogDispatcherBuildConsumeQueue + BuildIndex). */
-static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t index_from) {
-    int tx = v->sysflag & RMQ_SYSFLAG_TRANSACTION_MASK;
-    if (tx == 0 || tx == RMQ_SYSFLAG_TRANSACTION_COMMIT) {
+static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t index_from,
+                           int validate) {
+    if (rmq_sysflag_in_consume_queue(v->sysflag)) {
+        if (validate && !record_fits_queue(s, v)) return RMQ_ECORRUPT;
         rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 1);
         if (!e) return -ENOMEM;
         rmq_consume_queue_t *cq;
@@ -86,7 +103,7 @@ static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t i
     return RMQ_OK;
 }
 
-static int dispatch_range(rmq_store_t *s, int64_t index_from, int64_t *n) {
+static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int64_t *n) {
     int64_t count = 0;
     int64_t off = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
     int64_t max = rmq_mfq_max_offset(s->cl.mfq);
@@ -112,7 +129,7 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int64_t *n) {
                 rc = drc;
                 break;
             }
-            rc = dispatch_record(s, &v, index_from);
+            rc = dispatch_record(s, &v, index_from, validate);
             if (rc != RMQ_OK) break;
             s->last_dispatched_ts = v.store_timestamp;
             off += v.total_size;
@@ -128,7 +145,7 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int64_t *n) {
     return rc;
 }
 
-int rmq_store_dispatch(rmq_store_t *s, int64_t *n) { return dispatch_range(s, 0, n); }
+int rmq_store_dispatch(rmq_store_t *s, int64_t *n) { return dispatch_range(s, 0, 0, n); }
 
 /* A stored record must not be reported as failed because building its
  * ConsumeQueue unit or index entry failed (a full disk while creating a CQ
@@ -445,6 +462,11 @@ int rmq_store_delete_topic(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
         free(e);
         deleted++;
     }
+    /* Make the deletion stick across a crash: with the checkpoint past every
+     * record of the topic, recovery will not rebuild its queues. */
+    rc = rmq_store_flush_commit_log(s, 0, NULL);
+    if (rc == RMQ_OK) rc = rmq_store_flush_logics(s, 0);
+    if (rc != RMQ_OK) return rc;
     char dir[PATH_MAX];
     int k = snprintf(dir, sizeof(dir), "%s/%.*s", s->cq_root, (int)tlen, (const char *)topic);
     if (k > 0 && (size_t)k < sizeof(dir)) {
@@ -556,6 +578,35 @@ static int load_consume_queues(rmq_store_t *s, int *count) {
     return rc;
 }
 
+/* ConsumeQueues after the CommitLog was cut at end: drop units past it, fix
+ * min offsets, and reset every queue's next offset from its ConsumeQueue. */
+static int trim_logics(rmq_store_t *s, int64_t end) {
+    int64_t cap = 256, total;
+    rmq_tq_entry_t **snap = NULL;
+    for (;;) {
+        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            free(snap);
+            return -ENOMEM;
+        }
+        snap = ns;
+        total = rmq_tq_snapshot(&s->table, snap, cap);
+        if (total <= cap) break;
+        cap = total * 2;
+    }
+    int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
+    int rc = RMQ_OK;
+    for (int64_t i = 0; i < total && rc == RMQ_OK; i++) {
+        rmq_consume_queue_t *cq = snap[i]->cq;
+        if (!cq) continue;
+        rc = rmq_cq_recover(cq, end);
+        if (rc == RMQ_OK && clog_min > 0) rmq_cq_delete_expired(cq, clog_min);
+        snap[i]->next_queue_offset = rmq_cq_max_offset(cq);
+    }
+    free(snap);
+    return rc;
+}
+
 static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     rmq_mfq_t *q = s->cl.mfq;
     char *ckpath = join(s->root, "checkpoint");
@@ -578,18 +629,17 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     int64_t clog_min = rmq_mfq_min_offset(q);
     int64_t clog_max = rmq_mfq_max_offset(q);
     int64_t start = clog_min;
-    if (rep->checkpoint_valid && cp.confirm_phy_offset >= clog_min && cp.confirm_phy_offset <= clog_max) {
-        start = cp.confirm_phy_offset;
-        /* After a crash, start at the checkpoint's segment: a clean shutdown
-         * trusts the checkpoint's exact position. */
-        if (rep->abnormal) start -= start % q->file_size;
-    }
+    if (rep->checkpoint_valid && cp.confirm_phy_offset >= clog_min && cp.confirm_phy_offset <= clog_max)
+        /* From the start of the checkpoint's segment, after a crash and after
+         * a clean shutdown alike: the cost is one segment plus the tail. */
+        start = cp.confirm_phy_offset - cp.confirm_phy_offset % q->file_size;
+    if (q->first_short >= 0 && q->first_short < start) start = q->first_short;
     if (start < clog_min) start = clog_min;
     rep->scan_from = start;
     int64_t end, count, last_ts = 0;
     rc = rmq_commit_log_scan(&s->cl, start, 1, &end, &count, &last_ts);
     if (rc != RMQ_OK) return rc;
-    if (rep->checkpoint_valid && rep->abnormal && end < cp.confirm_phy_offset && start > clog_min) {
+    if (rep->checkpoint_valid && end < cp.confirm_phy_offset && start > clog_min) {
         /* Data below the checkpoint is damaged: rescan everything. */
         start = clog_min;
         rep->scan_from = start;
@@ -624,54 +674,32 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     }
     rmq_mfq_set_flushed_where(q, end);
 
-    /* ConsumeQueues: trim units past the CommitLog end, fix min offsets,
-     * rebuild the next-queue-offset table. */
-    int64_t cap = 256, total;
-    rmq_tq_entry_t **snap = NULL;
-    for (;;) {
-        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
-        if (!ns) {
-            free(snap);
-            return -ENOMEM;
-        }
-        snap = ns;
-        total = rmq_tq_snapshot(&s->table, snap, cap);
-        if (total <= cap) break;
-        cap = total * 2;
-    }
-    clog_min = rmq_mfq_min_offset(q);
-    for (int64_t i = 0; i < total; i++) {
-        rmq_consume_queue_t *cq = snap[i]->cq;
-        if (!cq) continue;
-        int64_t before = rmq_mfq_max_offset(cq->mfq) / RMQ_CQ_STORE_UNIT_SIZE;
-        rc = rmq_cq_recover(cq, end);
-        if (rc != RMQ_OK) break;
-        int64_t after = rmq_cq_max_offset(cq);
-        (void)before;
-        (void)after;
-        if (clog_min > 0) rmq_cq_delete_expired(cq, clog_min);
-        snap[i]->next_queue_offset = rmq_cq_max_offset(cq);
-    }
-    free(snap);
-    if (rc != RMQ_OK) return rc;
-
-    int64_t index_from = 0;
-    if (s->index) {
-        rmq_index_service_truncate(s->index, end);
-        int64_t iend = rmq_index_service_end_phy_offset(s->index);
-        index_from = iend < 0 ? 0 : iend + 1;
-    }
-    int64_t from = rep->checkpoint_valid ? cp.dispatched_offset : clog_min;
-    if (from > end) from = end;
-    if (from < clog_min) from = clog_min;
-    /* A ConsumeQueue may hold fewer units than the CommitLog has for it
-     * (units flushed later than the checkpoint claims are fine: put is
-     * idempotent; fewer are refilled from here). */
-    rep->dispatch_from = from;
-    __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
+    int64_t from = rep->checkpoint_valid ? cp.dispatched_offset : rmq_mfq_min_offset(q);
     int64_t n = 0;
-    rc = dispatch_range(s, index_from, &n);
-    rep->records_dispatched = n;
+    for (int pass = 0; pass < 2; pass++) {
+        rc = trim_logics(s, end);
+        if (rc != RMQ_OK) return rc;
+        int64_t index_from = 0;
+        if (s->index) {
+            rmq_index_service_truncate(s->index, end);
+            int64_t iend = rmq_index_service_end_phy_offset(s->index);
+            index_from = iend < 0 ? 0 : iend + 1;
+        }
+        if (from > end) from = end;
+        if (from < rmq_mfq_min_offset(q)) from = rmq_mfq_min_offset(q);
+        rep->dispatch_from = from;
+        __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
+        rc = dispatch_range(s, index_from, 1, &n);
+        rep->records_dispatched += n;
+        if (rc != RMQ_ECORRUPT) break;
+        /* A record contradicts its queue: the log ends before it. */
+        int64_t bad = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
+        rep->bytes_trimmed += end - bad;
+        end = bad;
+        rep->commit_log_end = end;
+        rc = rmq_mfq_truncate_dirty(q, end);
+        if (rc != RMQ_OK) return rc;
+    }
     if (rc != RMQ_OK) return rc;
     s->last_dispatched_ts = last_ts;
     return RMQ_OK;

@@ -47,12 +47,14 @@ def encode_properties(props) -> bytes:
 
 
 def decode_properties(data) -> dict:
-    """Decode a properties string leniently (items without one 0x01 are dropped)."""
+    """Decode a properties string leniently, as Java does: items that do
+    not split into exactly two parts on 0x01 are dropped; a repeated name
+    keeps its last value (the C core reads properties the same way)."""
     cdef bytes b = _as_bytes(data)
     out = {}
     for item in b.decode("utf-8", "replace").split("\x02"):
         kv = item.split("\x01")
-        if len(kv) == 2 and kv[0]:
+        if len(kv) == 2:
             out[kv[0]] = kv[1]
     return out
 

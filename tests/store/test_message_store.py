@@ -216,7 +216,7 @@ def test_rolls_segments_and_prepares_the_next_one_ahead(tmp_path, run):
     run(main())
 
 
-def test_clean_shutdown_reopens_without_scanning(tmp_path, run):
+def test_clean_shutdown_reopens_scanning_only_the_last_segment(tmp_path, run):
     async def main():
         cfg = small_config(str(tmp_path))
         async with MessageStore(cfg) as store:
@@ -226,7 +226,8 @@ def test_clean_shutdown_reopens_without_scanning(tmp_path, run):
         async with MessageStore(cfg) as store:
             rec = store.recovery
             assert not rec["abnormal"] and rec["checkpoint_valid"]
-            assert rec["records_scanned"] == 0 and rec["records_dispatched"] == 0
+            assert rec["scan_from"] == rec["commit_log_end"] - rec["commit_log_end"] % (1 << 20)
+            assert rec["records_dispatched"] == 0 and rec["bytes_trimmed"] == 0
             assert [store.max_offset_in_queue("T", q) for q in range(4)] == [125] * 4
             assert store.put_message_nowait("T", 0, b"next").queue_offset == 125
             assert (tmp_path / "abort").exists()
