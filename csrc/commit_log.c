@@ -96,9 +96,10 @@ static void encode(uint8_t *p, int64_t size, const rmq_commit_log_t *cl, const r
 static int reserve(rmq_commit_log_t *cl, int64_t need, rmq_mapped_file_t **out, int32_t *rolled) {
     rmq_mfq_t *q = cl->mfq;
     if (need + RMQ_END_FILE_MIN_BLANK_LENGTH > q->file_size) return RMQ_EMSG_TOO_LARGE;
-    rmq_mapped_file_t *f;
+    rmq_mapped_file_t *f, *prev = rmq_mfq_last(q);
     int rc = rmq_mfq_last_for_append(q, rmq_mfq_max_offset(q), &f);
     if (rc != RMQ_OK) return rc;
+    if (f != prev) *rolled = 1; /* a new segment (the first one too) */
     int64_t wrote = rmq_mapped_file_wrote(f);
     if (wrote + need + RMQ_END_FILE_MIN_BLANK_LENGTH > f->file_size) {
         rmq_mapped_file_t *next;

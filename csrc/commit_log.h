@@ -34,7 +34,7 @@ typedef struct rmq_append_result {
     int64_t queue_offset;    /* first record */
     int64_t wrote_bytes;     /* all records */
     int32_t count;           /* records written */
-    int32_t rolled;          /* a new segment was started */
+    int32_t rolled;          /* a new segment was started (time to prepare the next) */
     int64_t store_timestamp; /* ms */
 } rmq_append_result_t;
 

@@ -42,6 +42,11 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
     if (fd < 0 && errno == ENOENT && create) {
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         created = 1;
+        if (fd < 0 && errno == EEXIST) {
+            /* Another thread (the segment allocator) created it just now. */
+            fd = open(path, O_RDWR | O_CLOEXEC);
+            created = 0;
+        }
     }
     if (fd < 0) return -errno;
     struct stat st;

@@ -171,15 +171,16 @@ static int create_file(rmq_mfq_t *q, int64_t start, rmq_mapped_file_t **out) {
 
 int rmq_mfq_prepare_next(rmq_mfq_t *q) {
     pthread_mutex_lock(&q->lock);
-    int64_t next = q->count ? q->files[q->count - 1]->from_offset + q->file_size : -1;
+    /* An empty queue's first segment is prepared too (it starts at 0). */
+    int64_t next = q->count ? q->files[q->count - 1]->from_offset + q->file_size : 0;
     int have = q->prepared != NULL;
     pthread_mutex_unlock(&q->lock);
-    if (have || next < 0) return RMQ_OK;
+    if (have) return RMQ_OK;
     rmq_mapped_file_t *f;
     int rc = create_file(q, next, &f);
     if (rc != RMQ_OK) return rc;
     pthread_mutex_lock(&q->lock);
-    int64_t now_next = q->count ? q->files[q->count - 1]->from_offset + q->file_size : -1;
+    int64_t now_next = q->count ? q->files[q->count - 1]->from_offset + q->file_size : 0;
     if (q->prepared == NULL && now_next == next) {
         q->prepared = f;
         f = NULL;
@@ -216,7 +217,15 @@ static int append_file(rmq_mfq_t *q, int64_t start, int empty, int64_t start_off
     }
     pthread_mutex_lock(&q->lock);
     int rc = push_file(q, f);
+    /* The allocator may have prepared its own mapping of this very file
+     * while we created it: drop that mapping, never the file. */
+    rmq_mapped_file_t *stale = NULL;
+    if (rc == RMQ_OK && q->prepared && q->prepared->from_offset <= f->from_offset) {
+        stale = q->prepared;
+        q->prepared = NULL;
+    }
     pthread_mutex_unlock(&q->lock);
+    if (stale) rmq_mapped_file_destroy(stale, 0);
     if (rc != RMQ_OK) {
         rmq_mapped_file_destroy(f, 1);
         return rc;
@@ -347,8 +356,9 @@ int rmq_mfq_truncate_dirty(rmq_mfq_t *q, int64_t offset) {
         if (rmq_mapped_file_flushed(f) > rel) __atomic_store_n(&f->flushed_pos, rel, __ATOMIC_RELEASE);
     }
     if (rmq_mfq_flushed_where(q) > offset) rmq_mfq_set_flushed_where(q, offset);
+    int stale_path = prepared && prepared->from_offset <= offset;
     pthread_mutex_unlock(&q->lock);
-    if (prepared) rmq_mapped_file_destroy(prepared, 1);
+    if (prepared) rmq_mapped_file_destroy(prepared, !stale_path);
     return RMQ_OK;
 }
 
@@ -399,9 +409,10 @@ int rmq_mfq_destroy_all(rmq_mfq_t *q) {
 void rmq_mfq_close(rmq_mfq_t *q) {
     if (!q) return;
     for (int i = 0; i < q->count; i++) rmq_mapped_file_destroy(q->files[i], 0);
-    /* A prepared file holds no data: remove it so the directory stays a
-     * contiguous sequence that ends at the write position. */
-    if (q->prepared) rmq_mapped_file_destroy(q->prepared, 1);
+    /* A prepared file holds no data; it is left on disk (its path may be
+     * shared with a live segment after a race with the allocator), and the
+     * next open trims it as an empty tail segment. */
+    if (q->prepared) rmq_mapped_file_destroy(q->prepared, 0);
     pthread_mutex_destroy(&q->lock);
     free(q->files);
     free(q->dir);

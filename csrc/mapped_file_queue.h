@@ -51,8 +51,9 @@ rmq_mapped_file_t *rmq_mfq_last(rmq_mfq_t *q);
  * blank record, so a failure leaves the last file as it was. Owner thread. */
 int rmq_mfq_append_next(rmq_mfq_t *q, rmq_mapped_file_t **out);
 
-/* Create (and warm) the file that will follow the last one, unless already
- * prepared. Blocking; any thread; call off the hot path. */
+/* Create (and warm) the file that will follow the last one (the file at 0
+ * for an empty queue), unless already prepared. Blocking; any thread; call
+ * off the hot path. */
 int rmq_mfq_prepare_next(rmq_mfq_t *q);
 
 /* Whether a next file is already prepared (cheap; owner thread). */

@@ -277,7 +277,12 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
         int n;
         int64_t scanned;
         int64_t want = max_scan - (next - offset);
-        int rc = rmq_cq_read_filtered(cq, next, want, NULL, 0, batch, qoffs, 64, &n, &scanned);
+        /* Without a tag filter every unit is a candidate: read no more
+         * units than can still be returned (and one to find the resume
+         * point), so small pulls touch only the lines they need. */
+        int room = 64;
+        if (ntags == 0 && max_msgs - kept + 1 < room) room = max_msgs - kept + 1;
+        int rc = rmq_cq_read_filtered(cq, next, want, NULL, 0, batch, qoffs, room, &n, &scanned);
         if (rc == RMQ_ENOT_FOUND && next == offset) {
             res->status = RMQ_GET_OFFSET_FOUND_NULL;
             res->next_begin_offset = offset + to_seg_end;

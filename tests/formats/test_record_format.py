@@ -205,8 +205,9 @@ def test_put_writes_what_the_spec_says(base: str, msgs: list[dict], store_host: 
                 assert ref.decode_record(blank) is None
                 pos = seg_end
             key = (m["topic"], m["qid"])
+            # rolled: the record opened a new segment (the very first one too).
             assert (r.phys_offset, r.wrote_bytes, r.count, bool(r.rolled)) == (
-                pos, size, 1, rolled)
+                pos, size, 1, rolled or pos == 0)
             assert r.queue_offset == next_qoff[key]
             assert t0 <= r.store_timestamp <= t1
             raw = core.read(r.phys_offset, r.wrote_bytes)
