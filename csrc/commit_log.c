@@ -99,7 +99,7 @@ static int reserve(rmq_commit_log_t *cl, int64_t need, rmq_mapped_file_t **out, 
     rmq_mapped_file_t *f, *prev = rmq_mfq_last(q);
     int rc = rmq_mfq_last_for_append(q, rmq_mfq_max_offset(q), &f);
     if (rc != RMQ_OK) return rc;
-    if (f != prev) *rolled = 1; /* a new segment (the first one too) */
+    if (f != prev) *rolled |= RMQ_APPEND_NEW_SEGMENT; /* the first one too */
     int64_t wrote = rmq_mapped_file_wrote(f);
     if (wrote + need + RMQ_END_FILE_MIN_BLANK_LENGTH > f->file_size) {
         rmq_mapped_file_t *next;
@@ -113,7 +113,13 @@ static int reserve(rmq_commit_log_t *cl, int64_t need, rmq_mapped_file_t **out, 
         rmq_put_be32(f->base + wrote + 4, RMQ_BLANK_MAGIC_CODE);
         rmq_mapped_file_set_wrote(f, f->file_size);
         f = next;
-        *rolled = 1;
+        *rolled |= RMQ_APPEND_NEW_SEGMENT;
+    }
+    if (q->warm) {
+        int64_t at = rmq_mapped_file_wrote(f) + need;
+        int64_t warmed = __atomic_load_n(&f->warmed_to, __ATOMIC_ACQUIRE);
+        if (at > warmed) rmq_mapped_file_warm_write(f, rmq_mapped_file_wrote(f), need + RMQ_WARM_INLINE);
+        if (at + RMQ_WARM_AHEAD / 2 > warmed && warmed < f->file_size) *rolled |= RMQ_APPEND_WARM_LOW;
     }
     *out = f;
     return RMQ_OK;

@@ -29,12 +29,22 @@ typedef struct rmq_msg_in {
     int64_t prepared_tx_offset;
 } rmq_msg_in_t;
 
+#define RMQ_APPEND_NEW_SEGMENT 1 /* the append opened a new segment */
+#define RMQ_APPEND_WARM_LOW 2    /* the write position nears the warmed-in pages */
+/* The allocator keeps RMQ_WARM_AHEAD bytes write-faulted ahead of the write
+ * position; an append that finds fewer than half of them left asks for more,
+ * and one that finds none faults RMQ_WARM_INLINE bytes in itself (in bulk,
+ * which costs a fraction of taking one fault per page). */
+#define RMQ_WARM_AHEAD RMQ_MFQ_WARM_WINDOW
+#define RMQ_WARM_INLINE (4LL << 20)
+
 typedef struct rmq_append_result {
     int64_t phys_offset;     /* first record */
     int64_t queue_offset;    /* first record */
     int64_t wrote_bytes;     /* all records */
     int32_t count;           /* records written */
-    int32_t rolled;          /* a new segment was started (time to prepare the next) */
+    int32_t rolled;          /* RMQ_APPEND_NEW_SEGMENT | RMQ_APPEND_WARM_LOW: time for
+                                the allocator (prepare the next segment, warm ahead) */
     int64_t store_timestamp; /* ms */
 } rmq_append_result_t;
 

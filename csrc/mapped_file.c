@@ -17,6 +17,9 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 static int64_t g_live;
 
@@ -95,6 +98,21 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
 
 void rmq_mapped_file_warm(rmq_mapped_file_t *f) {
     (void)madvise(f->base, (size_t)f->file_size, MADV_POPULATE_READ);
+}
+
+void rmq_mapped_file_warm_write(rmq_mapped_file_t *f, int64_t from, int64_t len) {
+    int64_t page = RMQ_OS_PAGE_SIZE;
+    int64_t start = from & ~(page - 1);
+    int64_t end = from + len;
+    if (end > f->file_size) end = f->file_size;
+    end = (end + page - 1) & ~(page - 1);
+    if (end > f->file_size) end = f->file_size;
+    if (end <= start) return;
+    if (madvise(f->base + start, (size_t)(end - start), MADV_POPULATE_WRITE) != 0) return;
+    int64_t cur = __atomic_load_n(&f->warmed_to, __ATOMIC_ACQUIRE);
+    while (cur < end && !__atomic_compare_exchange_n(&f->warmed_to, &cur, end, 0,
+                                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
 }
 
 int rmq_mapped_file_flush(rmq_mapped_file_t *f, int least_pages, int64_t *flushed) {

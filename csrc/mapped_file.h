@@ -18,6 +18,7 @@ typedef struct rmq_mapped_file {
     int64_t found_size;     /* size on disk when opened (< file_size: it was short) */
     int64_t wrote_pos;      /* atomic: bytes written (relative) */
     int64_t flushed_pos;    /* atomic: bytes known durable (relative) */
+    int64_t warmed_to;      /* atomic: pages below are write-faulted in (relative) */
     int refs;               /* atomic: pins + 1 for the owner */
     int destroyed;          /* atomic: owner reference dropped */
     int unlink_on_free;
@@ -32,6 +33,12 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
 /* Fault the mapping's pages into the page cache read-only (MADV_POPULATE_READ)
  * so the first writes take cheap write-protect faults. Blocking; best effort. */
 void rmq_mapped_file_warm(rmq_mapped_file_t *f);
+
+/* Write-fault [from, from+len) in (MADV_POPULATE_WRITE): later writes there
+ * take no page fault. The pages start dirty (zeros), which costs nothing
+ * extra when data lands on them before writeback. Moves warmed_to forward.
+ * Blocking; any thread; best effort (older kernels: no-op). */
+void rmq_mapped_file_warm_write(rmq_mapped_file_t *f, int64_t from, int64_t len);
 
 /* msync [flushed_pos, wrote_pos) when at least least_pages dirty pages are
  * pending (0: any). Writes the new flushed position (relative) to *flushed.

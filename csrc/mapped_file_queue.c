@@ -165,7 +165,7 @@ static int create_file(rmq_mfq_t *q, int64_t start, rmq_mapped_file_t **out) {
     if (rc != RMQ_OK) return rc;
     /* A leftover file from before a crash may hold stale bytes: a new segment
      * always starts empty. */
-    if (q->warm) rmq_mapped_file_warm(*out);
+    if (q->warm) rmq_mapped_file_warm_write(*out, 0, RMQ_MFQ_WARM_WINDOW);
     return RMQ_OK;
 }
 
@@ -188,6 +188,33 @@ int rmq_mfq_prepare_next(rmq_mfq_t *q) {
     pthread_mutex_unlock(&q->lock);
     if (f) rmq_mapped_file_destroy(f, 0);
     return RMQ_OK;
+}
+
+void rmq_mfq_warm_ahead(rmq_mfq_t *q, int64_t window) {
+    if (!q->warm) return;
+    pthread_mutex_lock(&q->lock);
+    rmq_mapped_file_t *f = q->count ? q->files[q->count - 1] : NULL;
+    rmq_mapped_file_t *next = q->prepared;
+    if (f) rmq_mapped_file_pin(f);
+    if (next) rmq_mapped_file_pin(next);
+    pthread_mutex_unlock(&q->lock);
+    int64_t left = window;
+    if (f) {
+        int64_t wrote = rmq_mapped_file_wrote(f);
+        int64_t from = __atomic_load_n(&f->warmed_to, __ATOMIC_ACQUIRE);
+        if (from < wrote) from = wrote;
+        int64_t until = wrote + window < f->file_size ? wrote + window : f->file_size;
+        if (until > from) rmq_mapped_file_warm_write(f, from, until - from);
+        left = wrote + window - f->file_size;
+        rmq_mapped_file_unpin(f);
+    }
+    if (next) {
+        if (left > 0) {
+            int64_t from = __atomic_load_n(&next->warmed_to, __ATOMIC_ACQUIRE);
+            if (from < left) rmq_mapped_file_warm_write(next, from, left - from);
+        }
+        rmq_mapped_file_unpin(next);
+    }
 }
 
 int rmq_mfq_has_prepared(rmq_mfq_t *q) {

@@ -14,6 +14,10 @@
 
 #include "mapped_file.h"
 
+/* How far ahead of the write position a warming queue keeps pages
+ * write-faulted in (a new file gets its first window when created). */
+#define RMQ_MFQ_WARM_WINDOW (32LL << 20)
+
 typedef struct rmq_mfq {
     char *dir;
     int64_t file_size;
@@ -22,7 +26,7 @@ typedef struct rmq_mfq {
     int cap;
     rmq_mapped_file_t *last;     /* atomic: files[count-1] or NULL, for lock-free readers */
     rmq_mapped_file_t *prepared; /* the next file, created ahead of need */
-    int warm;                    /* prefault new files (MADV_POPULATE_READ) */
+    int warm;                    /* keep pages write-faulted ahead (RMQ_MFQ_WARM_WINDOW) */
     int64_t first_short;         /* start of the first file found short at open, or -1 */
     int64_t flushed_where;       /* atomic: absolute offset known durable */
     pthread_mutex_t lock;
@@ -55,6 +59,11 @@ int rmq_mfq_append_next(rmq_mfq_t *q, rmq_mapped_file_t **out);
  * for an empty queue), unless already prepared. Blocking; any thread; call
  * off the hot path. */
 int rmq_mfq_prepare_next(rmq_mfq_t *q);
+
+/* Write-fault up to window bytes ahead of the last file's write position
+ * (and into the prepared next file when the window reaches past the end).
+ * No-op unless the queue warms its files. Blocking; any thread. */
+void rmq_mfq_warm_ahead(rmq_mfq_t *q, int64_t window);
 
 /* Whether a next file is already prepared (cheap; owner thread). */
 int rmq_mfq_has_prepared(rmq_mfq_t *q);

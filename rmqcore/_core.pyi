@@ -61,6 +61,7 @@ class AppendResult:
     wrote_bytes: int
     count: int
     rolled: bool
+    needs_allocate: bool
     store_timestamp: int
     store_host: bytes
     @property

@@ -38,6 +38,7 @@ cdef class AppendResult:
     cdef readonly long long wrote_bytes
     cdef readonly int count
     cdef readonly bint rolled
+    cdef readonly bint needs_allocate
     cdef readonly long long store_timestamp
     cdef readonly bytes store_host
 
@@ -256,7 +257,8 @@ cdef class MessageStoreCore:
         res.queue_offset = r.queue_offset
         res.wrote_bytes = r.wrote_bytes
         res.count = r.count
-        res.rolled = r.rolled
+        res.rolled = (r.rolled & RMQ_APPEND_NEW_SEGMENT) != 0
+        res.needs_allocate = r.rolled != 0
         res.store_timestamp = r.store_timestamp
         res.store_host = self.store_host
         return res
@@ -299,7 +301,8 @@ cdef class MessageStoreCore:
         res.queue_offset = r.queue_offset
         res.wrote_bytes = r.wrote_bytes
         res.count = r.count
-        res.rolled = r.rolled
+        res.rolled = (r.rolled & RMQ_APPEND_NEW_SEGMENT) != 0
+        res.needs_allocate = r.rolled != 0
         res.store_timestamp = r.store_timestamp
         res.store_host = self.store_host
         return res
@@ -510,11 +513,15 @@ cdef class MessageStoreCore:
         _raise_for(rc, "flushing ConsumeQueues and the checkpoint")
 
     def prepare_next_segment(self) -> None:
-        """Create the next CommitLog segment ahead of need. Releases the GIL."""
+        """Create the next CommitLog segment ahead of need, and write-fault
+        the pages ahead of the write position (AllocateMappedFileService).
+        Releases the GIL."""
         cdef int rc
         self._check()
         with nogil:
             rc = rmq_mfq_prepare_next(self._s.cl.mfq)
+            if rc == 0:
+                rmq_mfq_warm_ahead(self._s.cl.mfq, RMQ_WARM_AHEAD)
         _raise_for(rc, "creating the next CommitLog segment")
 
     @property

@@ -242,7 +242,7 @@ class MessageStore:
             born_host=born_host,
             reconsume_times=reconsume_times,
         )
-        if r.rolled:
+        if r.needs_allocate:
             self._schedule_allocate()
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
@@ -271,7 +271,7 @@ class MessageStore:
             born_timestamp=born_timestamp,
             born_host=born_host,
         )
-        if r.rolled:
+        if r.needs_allocate:
             self._schedule_allocate()
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
@@ -334,10 +334,9 @@ class MessageStore:
                 log.warning("dispatch still failing: %s", e)
 
     def _schedule_allocate(self) -> None:
-        """Create the next CommitLog segment ahead of need (AllocateMappedFileService)."""
+        """Create the next CommitLog segment and fault in pages ahead of the
+        write position, on the allocate thread (AllocateMappedFileService)."""
         if self._allocating or self._io is None or self._core is None:
-            return
-        if self._core.has_prepared_segment:
             return
         self._allocating = True
 
@@ -349,7 +348,8 @@ class MessageStore:
                 log.error("creating the next CommitLog segment failed: %s", f.exception())
                 return
             # The log may have rolled again while the file was being made.
-            self._schedule_allocate()
+            if self._core is not None and not self._core.has_prepared_segment:
+                self._schedule_allocate()
 
         self._io.run("allocate", self._core.prepare_next_segment).add_done_callback(done)
 

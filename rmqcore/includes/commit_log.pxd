@@ -3,6 +3,9 @@ from rmqcore.includes.mapped_file cimport rmq_mapped_file_t
 from rmqcore.includes.mapped_file_queue cimport rmq_mfq_t
 
 cdef extern from "commit_log.h" nogil:
+    int RMQ_APPEND_NEW_SEGMENT
+    int RMQ_APPEND_WARM_LOW
+    long long RMQ_WARM_AHEAD
     ctypedef struct rmq_msg_in_t:
         const uint8_t *topic
         int32_t topic_len
