@@ -82,7 +82,7 @@ static int record_fits_queue(rmq_store_t *s, const rmq_record_view_t *v) {
 
 /* Dispatch one record (CommitLogDispatcherBuildConsumeQueue + BuildIndex). */
 static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t index_from,
-                           int validate) {
+                           int validate, int with_index) {
     if (rmq_sysflag_in_consume_queue(v->sysflag)) {
         if (validate && !record_fits_queue(s, v)) return RMQ_ECORRUPT;
         rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 1);
@@ -99,11 +99,12 @@ static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t i
         if (rc != RMQ_OK) return rc;
         if (e->next_queue_offset <= v->queue_offset) e->next_queue_offset = v->queue_offset + 1;
     }
-    if (s->index && v->phys_offset >= index_from) return index_record(s, v);
+    if (with_index && s->index && v->phys_offset >= index_from) return index_record(s, v);
     return RMQ_OK;
 }
 
-static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int64_t *n) {
+static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int with_index,
+                          int64_t *n) {
     int64_t count = 0;
     int64_t off = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
     int64_t max = rmq_mfq_max_offset(s->cl.mfq);
@@ -129,7 +130,7 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int6
                 rc = drc;
                 break;
             }
-            rc = dispatch_record(s, &v, index_from, validate);
+            rc = dispatch_record(s, &v, index_from, validate, with_index);
             if (rc != RMQ_OK) break;
             s->last_dispatched_ts = v.store_timestamp;
             off += v.total_size;
@@ -139,13 +140,58 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int6
         }
         rmq_mapped_file_unpin(f);
         __atomic_store_n(&s->dispatched, off, __ATOMIC_RELEASE);
+        if (with_index) __atomic_store_n(&s->index_dispatched, off, __ATOMIC_RELEASE);
         if (rc != RMQ_OK) break;
     }
     if (n) *n = count;
     return rc;
 }
 
-int rmq_store_dispatch(rmq_store_t *s, int64_t *n) { return dispatch_range(s, 0, 0, n); }
+int rmq_store_dispatch(rmq_store_t *s, int64_t *n) {
+    return dispatch_range(s, 0, 0, !s->cfg.index_async, n);
+}
+
+int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n) {
+    *n = 0;
+    if (!s->index) return RMQ_OK;
+    pthread_mutex_lock(&s->index_build_lock);
+    int64_t off = __atomic_load_n(&s->index_dispatched, __ATOMIC_ACQUIRE);
+    int64_t limit = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
+    int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
+    if (off < clog_min) off = clog_min; /* retention overtook a lagging index */
+    int rc = RMQ_OK;
+    int64_t count = 0;
+    while (off < limit && count < max_records && rc == RMQ_OK) {
+        rmq_mapped_file_t *f;
+        const uint8_t *p;
+        int64_t avail;
+        if (rmq_commit_log_read_pinned(&s->cl, off, &f, &p, &avail) != RMQ_OK) {
+            off = rmq_commit_log_roll_next(&s->cl, off); /* segment end or gone */
+            continue;
+        }
+        int64_t in_file = f->from_offset + f->file_size;
+        if (avail > limit - off) avail = limit - off;
+        while (avail > 0 && count < max_records) {
+            rmq_record_view_t v;
+            int drc = rmq_record_decode(p, avail, &v);
+            if (drc != RMQ_OK) { /* blank: the rest of the segment */
+                off = in_file;
+                break;
+            }
+            rc = index_record(s, &v);
+            if (rc != RMQ_OK) break;
+            off += v.total_size;
+            p += v.total_size;
+            avail -= v.total_size;
+            count++;
+        }
+        rmq_mapped_file_unpin(f);
+        __atomic_store_n(&s->index_dispatched, off, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&s->index_build_lock);
+    *n = count;
+    return rc;
+}
 
 /* A stored record must not be reported as failed because building its
  * ConsumeQueue unit or index entry failed (a full disk while creating a CQ
@@ -343,6 +389,10 @@ int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, cons
                         int *n) {
     *n = 0;
     if (!s->index || max <= 0) return RMQ_OK;
+    for (int64_t built = 1; built > 0;) {
+        int brc = rmq_store_build_index(s, INT64_MAX, &built);
+        if (brc != RMQ_OK) return brc;
+    }
     int cap = max * 4 + 16;
     int64_t *cand = malloc((size_t)cap * sizeof(*cand));
     if (!cand) return -ENOMEM;
@@ -694,7 +744,8 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
         if (from < rmq_mfq_min_offset(q)) from = rmq_mfq_min_offset(q);
         rep->dispatch_from = from;
         __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
-        rc = dispatch_range(s, index_from, 1, &n);
+        __atomic_store_n(&s->index_dispatched, from, __ATOMIC_RELEASE);
+        rc = dispatch_range(s, index_from, 1, 1, &n);
         rep->records_dispatched += n;
         if (rc != RMQ_ECORRUPT) break;
         /* A record contradicts its queue: the log ends before it. */
@@ -723,6 +774,7 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
     if (!s) return -ENOMEM;
     s->checkpoint_fd = -1;
     s->lock_fd = -1;
+    pthread_mutex_init(&s->index_build_lock, NULL);
     s->cfg = *cfg;
     memcpy(s->store_host, cfg->store_host, (size_t)cfg->store_host_len);
     s->root = strdup(cfg->root);
@@ -788,7 +840,9 @@ int rmq_store_close(rmq_store_t *s) {
     if (!s) return RMQ_OK;
     int rc = RMQ_OK;
     if (s->cl.mfq && s->checkpoint_fd >= 0) {
-        rc = rmq_store_flush_commit_log(s, 0, NULL);
+        int64_t n = 1;
+        while (rc == RMQ_OK && n > 0) rc = rmq_store_build_index(s, INT64_MAX, &n);
+        if (rc == RMQ_OK) rc = rmq_store_flush_commit_log(s, 0, NULL);
         if (rc == RMQ_OK) rc = rmq_store_flush_logics(s, 0);
         if (rc == RMQ_OK && s->root) {
             char *abpath = join(s->root, "abort");
@@ -812,6 +866,7 @@ int rmq_store_close(rmq_store_t *s) {
     if (s->cl.mfq) rmq_mfq_close(s->cl.mfq);
     if (s->checkpoint_fd >= 0) close(s->checkpoint_fd);
     if (s->lock_fd >= 0) close(s->lock_fd);
+    pthread_mutex_destroy(&s->index_build_lock);
     free(s->root);
     free(s->cq_root);
     free(s);

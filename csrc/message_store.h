@@ -27,6 +27,8 @@ typedef struct rmq_store_config {
     int32_t index_num;
     int32_t index_enable;
     int32_t warm_mapped_files;
+    int32_t index_async;       /* build IndexFile entries in rmq_store_build_index,
+                                  on another thread, instead of in every put */
     const uint8_t *store_host; /* 8 or 20 bytes */
     int32_t store_host_len;
 } rmq_store_config_t;
@@ -77,6 +79,8 @@ typedef struct rmq_store {
     int64_t dispatched;         /* atomic: CommitLog offset dispatched up to */
     int64_t last_dispatched_ts; /* store time of the last dispatched record */
     int dispatch_error;         /* status of the last dispatch after a put */
+    int64_t index_dispatched;   /* atomic: CommitLog offset indexed up to */
+    pthread_mutex_t index_build_lock;
     int checkpoint_fd;
     int lock_fd;
     rmq_consume_queue_t **graveyard; /* CQs of deleted topics, freed at close */
@@ -96,6 +100,12 @@ int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t
 /* Build ConsumeQueue/IndexFile entries for records in [dispatched, end of
  * CommitLog). *n gets the number of records dispatched. Owner thread. */
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n);
+
+/* Build IndexFile entries for records in [index_dispatched, dispatched), at
+ * most max_records; *n gets how many were indexed. With index_async this is
+ * the index's only builder: it may run on any thread (one at a time, by its
+ * own lock) while the owner appends. */
+int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n);
 
 /* RocketMQ getMessage: units of (topic, qid) from offset, at most max_msgs
  * messages and max_bytes bytes (the first message always fits), matching the

@@ -148,7 +148,8 @@ cdef class MessageStoreCore:
                   int max_message_size=RMQ_DEFAULT_MAX_MESSAGE_SIZE, int max_queue_nums=1024,
                   int index_hash_slot_num=RMQ_DEFAULT_INDEX_HASH_SLOT_NUM,
                   int index_num=RMQ_DEFAULT_INDEX_NUM, bint index_enable=True,
-                  bint warm_mapped_files=True, bytes store_host=None):
+                  bint warm_mapped_files=True, bint index_async=False,
+                  bytes store_host=None):
         cdef rmq_store_config_t cfg
         cdef rmq_recovery_report_t rep
         cdef rmq_store_t *s = NULL
@@ -169,6 +170,7 @@ cdef class MessageStoreCore:
         cfg.index_num = index_num
         cfg.index_enable = index_enable
         cfg.warm_mapped_files = warm_mapped_files
+        cfg.index_async = index_async
         cfg.store_host = <const uint8_t *>PyBytes_AS_STRING(store_host)
         cfg.store_host_len = <int32_t>len(store_host)
         with nogil:
@@ -469,6 +471,24 @@ cdef class MessageStoreCore:
         self._s.dispatch_error = rc
         _raise_for(rc, "dispatching to ConsumeQueues")
         return n
+
+    def build_index(self, long long max_records=65536) -> int:
+        """Index records the CommitLog has dispatched but the IndexFiles do
+        not have yet (with index_async); returns how many. Releases the GIL:
+        meant for the store's index thread."""
+        cdef int64_t n = 0
+        cdef int rc
+        self._check()
+        with nogil:
+            rc = rmq_store_build_index(self._s, max_records, &n)
+        _raise_for(rc, "building the index")
+        return n
+
+    @property
+    def index_lag(self) -> int:
+        """CommitLog bytes dispatched but not yet indexed."""
+        self._check()
+        return self._s.dispatched - self._s.index_dispatched
 
     @property
     def dispatch_error(self) -> str | None:

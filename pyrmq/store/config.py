@@ -52,6 +52,10 @@ class MessageStoreConfig:
     clean_resource_interval_ms: int = 10_000
     delete_commit_log_files_max: int = 10
     message_index_enable: bool = True
+    #: pyrmq: build IndexFile entries on the store's index thread instead of in
+    #: every put (as RocketMQ's dispatcher thread does). Faster batched puts when
+    #: a core is free for it; lookups first catch the index up.
+    message_index_async: bool = False
     max_hash_slot_num: int = rmqcore.DEFAULT_INDEX_HASH_SLOT_NUM
     max_index_num: int = rmqcore.DEFAULT_INDEX_NUM
     #: pyrmq: queue ids of a topic are 0 .. max_queue_nums - 1

@@ -1,5 +1,5 @@
 """IOExecutor: the store's only threads, one per job kind (flush, logics,
-allocate, clean), each FIFO. The C calls they run release the GIL."""
+allocate, index, clean), each FIFO. The C calls they run release the GIL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-JOB_KINDS = ("flush-commitlog", "flush-logics", "allocate", "clean", "open")
+JOB_KINDS = ("flush-commitlog", "flush-logics", "allocate", "index", "clean", "open")
 
 
 class IOExecutor:

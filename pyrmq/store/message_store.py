@@ -86,6 +86,10 @@ class MessageStore:
         self._clean: CleanService | None = None
         self._listeners: list[ArrivalListener] = []
         self._allocating = False
+        # True while an index build is scheduled or running; always True when
+        # the index is built inline (or not at all), so puts never schedule.
+        self._indexing = not (self.config.message_index_enable
+                              and self.config.message_index_async)
         self._redispatch_task: asyncio.Task[None] | None = None
         self._sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = self.config.sync_flush_timeout_ms / 1000
@@ -162,6 +166,7 @@ class MessageStore:
             index_num=cfg.max_index_num,
             index_enable=cfg.message_index_enable,
             warm_mapped_files=cfg.warm_mapped_file_enable,
+            index_async=cfg.message_index_async,
             store_host=self._store_host,
         )
 
@@ -244,6 +249,8 @@ class MessageStore:
         )
         if r.needs_allocate:
             self._schedule_allocate()
+        if not self._indexing:
+            self._schedule_index()
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
@@ -332,6 +339,32 @@ class MessageStore:
                 raise
             except Exception as e:
                 log.warning("dispatch still failing: %s", e)
+
+    def _schedule_index(self) -> None:
+        """Build IndexFile entries for new records on the index thread
+        (RocketMQ's dispatcher builds the index off the put path too)."""
+        if self._io is None or self._core is None:
+            return
+        self._indexing = True
+        # One build for every put in the next 2 ms, not a thread hop per put.
+        asyncio.get_running_loop().call_later(0.002, self._run_index)
+
+    def _run_index(self) -> None:
+        if self._io is None or self._core is None:
+            self._indexing = False
+            return
+
+        def done(f: asyncio.Future[int]) -> None:
+            self._indexing = False
+            if f.cancelled():
+                return
+            if f.exception() is not None:
+                log.error("building the index failed: %s", f.exception())
+                return
+            if self._core is not None and self._core.index_lag > 0:
+                self._schedule_index()
+
+        self._io.run("index", self._core.build_index, 65536).add_done_callback(done)
 
     def _schedule_allocate(self) -> None:
         """Create the next CommitLog segment and fault in pages ahead of the

@@ -13,6 +13,7 @@ cdef extern from "message_store.h" nogil:
         int32_t index_num
         int32_t index_enable
         int32_t warm_mapped_files
+        int32_t index_async
         const uint8_t *store_host
         int32_t store_host_len
 
@@ -51,12 +52,14 @@ cdef extern from "message_store.h" nogil:
         rmq_commit_log_t cl
         int64_t dispatched
         int dispatch_error
+        int64_t index_dispatched
 
     int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep)
     int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r)
     int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                             int64_t batch_len, rmq_append_result_t *r)
     int rmq_store_dispatch(rmq_store_t *s, int64_t *n)
+    int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n)
     int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,
                       int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
                       int32_t ntags, rmq_cq_unit_t *out, rmq_get_result_t *res)

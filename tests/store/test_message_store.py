@@ -467,3 +467,25 @@ def test_retention_by_disk_usage(tmp_path, run, ratio, aged, expect_deleted):
             assert remaining[-1] == files[-1]  # never the segment being written
             store.put_message_nowait("T", 0, b"still writing")
     run(main())
+
+
+def test_async_index_builds_off_the_put_path_and_lookups_see_every_put(tmp_path, run):
+    async def main():
+        cfg = small_config(str(tmp_path), message_index_async=True)
+        async with MessageStore(cfg) as store:
+            for i in range(3000):
+                store.put_message_nowait("T", i % 4, b"%d" % i, rmqcore.encode_properties(
+                    {"KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}))
+            for _ in range(500):  # the index thread catches up by itself
+                if store.core.index_lag == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.core.index_lag == 0
+            store.put_message_nowait("T", 0, b"last", rmqcore.encode_properties({"KEYS": "k-last"}))
+            assert [m["body"] for m in store.query_message("T", "k-last")] == [b"last"]
+            assert [m["body"] for m in store.query_message("T", f"{2999:032X}")] == [b"2999"]
+            assert store.core.index_lag == 0  # the lookup caught the index up
+        async with MessageStore(cfg) as store:
+            for i in (0, 1234, 2999):
+                assert [m["body"] for m in store.query_message("T", f"k{i}")] == [b"%d" % i]
+    run(main())
