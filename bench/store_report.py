@@ -72,6 +72,9 @@ class Budget:
                 w.AppendCase(size, "realistic", "store.put_message_nowait"),
                 w.AppendCase(size, "realistic", "core.put_batch", 64),
                 w.AppendCase(size, "realistic", "core.put_batch", 256),
+                w.AppendCase(size, "realistic", "store.put_messages_nowait", 256),
+                w.AppendCase(size, "realistic", "store.put_messages_nowait", 256,
+                             index_async=True),
                 w.AppendCase(size, "none", "core.put_batch", 256),
                 # isolation: the same shapes without the IndexFile
                 w.AppendCase(size, "realistic", "core.put", index=False),
