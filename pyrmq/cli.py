@@ -37,7 +37,7 @@ async def _demo(args: argparse.Namespace) -> int:
         for m in rmqcore.decode_records(store.read(r.ranges)):
             print(f"  DemoTopic/0 offset {m['queue_offset']}: {m['body'].decode()}")
         key = f"demo-{args.count - 1}"
-        found = store.query_message("DemoTopic", key)
+        found = await store.query_message("DemoTopic", key)
         print(f"  lookup by key {key}: {[m['body'].decode() for m in found]}")
         rec = store.recovery
         print(f"opened {'after a crash' if rec['abnormal'] else 'cleanly'}; "

@@ -427,11 +427,17 @@ class MessageStore:
             raise ValueError(f"offsetMsgId {msg_id} was not stored by this broker")
         return self.core.look_message_by_offset(offset)
 
-    def query_message(
+    async def query_message(
         self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int = 2**62
     ) -> list[dict[str, Any]]:
-        """Messages of topic whose KEYS or UNIQ_KEY is key, newest first."""
+        """Messages of topic whose KEYS or UNIQ_KEY is key, newest first. Sees
+        every put made before the call: it first lets the index thread catch
+        up (off the event loop)."""
         core = self.core
+        if core.index_lag > 0 and self._io is not None:
+            for _ in range(1_000_000):
+                if await self._io.run("index", core.build_index, 1 << 20) == 0:
+                    break
         return [
             core.look_message_by_offset(o)
             for o in core.query_message_offsets(topic, key, max_num, begin_ts, end_ts)

@@ -149,14 +149,16 @@ def test_batch_gets_consecutive_queue_offsets(tmp_path, run):
             recs = rmqcore.decode_records(store.read(got.ranges))
             assert [m["flag"] for m in recs] == list(range(32))
             assert [m["queue_offset"] for m in recs] == list(range(1, 33))
-            assert [m["body"] for m in store.query_message("T", "k7")] == [b"m7"]
+            assert [m["body"] for m in await store.query_message("T", "k7")] == [b"m7"]
 
     run(main())
 
 
-def test_lookup_by_msg_id_key_and_time(tmp_path, run):
+@pytest.mark.parametrize("index_async", [True, False], ids=["index-thread", "inline-index"])
+def test_lookup_by_msg_id_key_and_time(tmp_path, run, index_async):
     async def main():
-        async with MessageStore(small_config(str(tmp_path))) as store:
+        cfg = small_config(str(tmp_path), message_index_async=index_async)
+        async with MessageStore(cfg) as store:
             r1 = store.put_message_nowait("T", 0, b"first", PROPS)
             await asyncio.sleep(0.02)
             t_mid = int(time.time() * 1000)
@@ -168,10 +170,13 @@ def test_lookup_by_msg_id_key_and_time(tmp_path, run):
                 rmqcore.encode_properties({"KEYS": "order-2", "UNIQ_KEY": "V" * 32}),
             )
             assert store.look_message_by_offset_msg_id(r2.msg_id)["body"] == b"second"
-            assert [m["body"] for m in store.query_message("T", "order-2")] == [b"second", b"first"]
-            assert [m["body"] for m in store.query_message("T", "U" * 32)] == [b"first"]
-            assert store.query_message("T", "order-3") == []
-            assert store.query_message("Other", "order-1") == []
+            assert [m["body"] for m in await store.query_message("T", "order-2")] == [
+                b"second",
+                b"first",
+            ]
+            assert [m["body"] for m in await store.query_message("T", "U" * 32)] == [b"first"]
+            assert await store.query_message("T", "order-3") == []
+            assert await store.query_message("Other", "order-1") == []
             assert store.offset_in_queue_by_time("T", 0, 0) == 0
             assert store.offset_in_queue_by_time("T", 0, t_mid) == 1
             assert store.offset_in_queue_by_time("T", 0, r2.store_timestamp + 10_000) == 2
@@ -438,12 +443,15 @@ def test_full_disk_fails_sends_cleanly_and_recovers(tiny_fs, run):
     run(main())
 
 
-@pytest.mark.parametrize(("ratio", "aged", "expect_deleted"), [
-    (0.50, True, False),   # not the hour, disk fine: nothing
-    (0.80, True, True),    # over diskMaxUsedSpaceRatio: expired files go at any hour
-    (0.80, False, False),  # ...but only expired ones
-    (0.90, False, True),   # over diskSpaceCleanForciblyRatio: the oldest go even if young
-])
+@pytest.mark.parametrize(
+    ("ratio", "aged", "expect_deleted"),
+    [
+        (0.50, True, False),  # not the hour, disk fine: nothing
+        (0.80, True, True),  # over diskMaxUsedSpaceRatio: expired files go at any hour
+        (0.80, False, False),  # ...but only expired ones
+        (0.90, False, True),  # over diskSpaceCleanForciblyRatio: the oldest go even if young
+    ],
+)
 def test_retention_by_disk_usage(tmp_path, run, ratio, aged, expect_deleted):
     from pyrmq.store.clean import CleanService
 
@@ -466,6 +474,7 @@ def test_retention_by_disk_usage(tmp_path, run, ratio, aged, expect_deleted):
             remaining = store.core.commit_log_files()
             assert remaining[-1] == files[-1]  # never the segment being written
             store.put_message_nowait("T", 0, b"still writing")
+
     run(main())
 
 
@@ -474,18 +483,23 @@ def test_async_index_builds_off_the_put_path_and_lookups_see_every_put(tmp_path,
         cfg = small_config(str(tmp_path), message_index_async=True)
         async with MessageStore(cfg) as store:
             for i in range(3000):
-                store.put_message_nowait("T", i % 4, b"%d" % i, rmqcore.encode_properties(
-                    {"KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}))
+                store.put_message_nowait(
+                    "T",
+                    i % 4,
+                    b"%d" % i,
+                    rmqcore.encode_properties({"KEYS": f"k{i}", "UNIQ_KEY": f"{i:032X}"}),
+                )
             for _ in range(500):  # the index thread catches up by itself
                 if store.core.index_lag == 0:
                     break
                 await asyncio.sleep(0.01)
             assert store.core.index_lag == 0
             store.put_message_nowait("T", 0, b"last", rmqcore.encode_properties({"KEYS": "k-last"}))
-            assert [m["body"] for m in store.query_message("T", "k-last")] == [b"last"]
-            assert [m["body"] for m in store.query_message("T", f"{2999:032X}")] == [b"2999"]
+            assert [m["body"] for m in await store.query_message("T", "k-last")] == [b"last"]
+            assert [m["body"] for m in await store.query_message("T", f"{2999:032X}")] == [b"2999"]
             assert store.core.index_lag == 0  # the lookup caught the index up
         async with MessageStore(cfg) as store:
             for i in (0, 1234, 2999):
-                assert [m["body"] for m in store.query_message("T", f"k{i}")] == [b"%d" % i]
+                assert [m["body"] for m in await store.query_message("T", f"k{i}")] == [b"%d" % i]
+
     run(main())
