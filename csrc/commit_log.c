@@ -61,7 +61,7 @@ static void encode(uint8_t *p, int64_t size, const rmq_commit_log_t *cl, const r
     if (cl->store_host_len == 20) sysflag |= RMQ_SYSFLAG_STOREHOST_V6;
     rmq_put_be32(p + 0, (int32_t)size);
     rmq_put_be32(p + 4, RMQ_MESSAGE_MAGIC_CODE);
-    rmq_put_be32(p + 8, rmq_body_crc(body, (size_t)body_len));
+    uint8_t *crc_at = p + 8; /* filled in when the body is copied */
     rmq_put_be32(p + 12, m->queue_id);
     rmq_put_be32(p + 16, flag);
     rmq_put_be64(p + 20, queue_offset);
@@ -81,7 +81,7 @@ static void encode(uint8_t *p, int64_t size, const rmq_commit_log_t *cl, const r
     q += 8;
     rmq_put_be32(q, body_len);
     q += 4;
-    if (body_len) memcpy(q, body, (size_t)body_len);
+    rmq_put_be32(crc_at, (int32_t)(rmq_crc32_copy(q, body, (size_t)body_len) & 0x7FFFFFFFu));
     q += body_len;
     *q++ = (uint8_t)m->topic_len;
     memcpy(q, m->topic, (size_t)m->topic_len);

@@ -9,6 +9,10 @@
 /* Standard CRC-32 of buf[0..len). */
 uint32_t rmq_crc32(const void *buf, size_t len);
 
+/* Copy len bytes from src to dst (not overlapping) and return the standard
+ * CRC-32 of them, in one pass over src where the CPU allows. */
+uint32_t rmq_crc32_copy(void *dst, const void *src, size_t len);
+
 /* RocketMQ's stored BODYCRC: rmq_crc32(body) & 0x7FFFFFFF. */
 static inline int32_t rmq_body_crc(const void *body, size_t len) {
     return (int32_t)(rmq_crc32(body, len) & 0x7FFFFFFFu);
