@@ -422,6 +422,27 @@ def cq_random_reads(core: rmqcore.MessageStoreCore, topic: str, offsets: Sequenc
     return Rate(units, units * rmqcore.CQ_STORE_UNIT_SIZE, secs, {"calls": calls})
 
 
+def cq_sequential_reads(core: rmqcore.MessageStoreCore, topic: str, start: int, calls: int,
+                        max_msgs: int, time_limit_s: float) -> Rate:
+    """A consumer walking the queue: get_message from start, then from each
+    next_begin_offset, wrapping to 0 at the end; `calls` calls at most."""
+    get = core.get_message
+    units = done = 0
+    off = start
+    begin = time.perf_counter()
+    deadline = begin + time_limit_s
+    while done < calls:
+        for _ in range(min(CHUNK, calls - done)):
+            r = get(topic, 0, off, max_msgs)
+            units += len(r.ranges)
+            off = r.next_begin_offset if r.ranges else 0
+        done += min(CHUNK, calls - done)
+        if time.perf_counter() > deadline:
+            break
+    secs = time.perf_counter() - begin
+    return Rate(units, units * rmqcore.CQ_STORE_UNIT_SIZE, secs, {"calls": done})
+
+
 def mmap_random_reads(directory: str, units: int, offsets: Sequence[int],
                       time_limit_s: float) -> float:
     """Reference for cq_random_reads: ns per 20-byte slice at random unit

@@ -263,6 +263,14 @@ def run_cq(d: str, b: Budget) -> dict[str, Any]:
                     r["ns_per_call"] = r["secs"] / max(1, r["calls"]) * 1e9
                     log(f"  -> {r['ns_per_unit']:.1f} ns/unit, {r['ns_per_call']:.0f} ns/call")
                     res["cases"].append({"units": size, "max_msgs": max_msgs, **r})
+                # A consumer's pattern: walk forward from an offset half-way in.
+                r = best_of(b.repeat, lambda t=topic, n=size: w.cq_sequential_reads(
+                    core, t, n // 2, b.cq_reads // 4, 32, b.cq_time_limit_s),
+                    f"  {size:,} units, walking, max_msgs=32")
+                r["ns_per_unit"] = r["secs"] / max(1, r["msgs"]) * 1e9
+                r["ns_per_call"] = r["secs"] / max(1, r["calls"]) * 1e9
+                log(f"  -> {r['ns_per_unit']:.1f} ns/unit, {r['ns_per_call']:.0f} ns/call")
+                res["cases"].append({"units": size, "max_msgs": "walk", **r})
         finally:
             core.close()
     # Reference: the same random 20-byte reads from a plain file mapping.
@@ -384,9 +392,10 @@ def build_rows(lim: dict[str, float], appends: list[dict[str, Any]],
     small, big = cq["small_units"], cq["big_units"]
     rows.append(Row("4", f"build a {big:,}-unit queue (put_batch of 1 B bodies)",
                     f"{cq['build_secs']:.1f} s, {_n(cq['build_units_per_s'])} units/s"))
-    for mm in (32, 1):
+    for mm in ("walk", 32, 1):
         s, bg = by[(small, mm)], by[(big, mm)]
-        what = f"get_message(max_msgs={mm}) at random offsets"
+        what = (f"get_message(max_msgs={mm}) at random offsets" if mm != "walk"
+                else "get_message(max_msgs=32) walking the queue (a consumer)")
         rows.append(Row("4", f"{what}, {small:,} units",
                         f"{s['ns_per_unit']:.1f} ns/unit ({s['ns_per_call']:.0f} ns/call)"))
         ratio = bg["ns_per_unit"] / s["ns_per_unit"]
