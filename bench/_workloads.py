@@ -425,7 +425,9 @@ def cq_random_reads(core: rmqcore.MessageStoreCore, topic: str, offsets: Sequenc
 def cq_sequential_reads(core: rmqcore.MessageStoreCore, topic: str, start: int, calls: int,
                         max_msgs: int, time_limit_s: float) -> Rate:
     """A consumer walking the queue: get_message from start, then from each
-    next_begin_offset, wrapping to 0 at the end; `calls` calls at most."""
+    next_begin_offset, back to 0 before the end (no empty calls); `calls`
+    calls at most."""
+    size = core.max_offset_in_queue(topic, 0)
     get = core.get_message
     units = done = 0
     off = start
@@ -435,7 +437,7 @@ def cq_sequential_reads(core: rmqcore.MessageStoreCore, topic: str, start: int, 
         for _ in range(min(CHUNK, calls - done)):
             r = get(topic, 0, off, max_msgs)
             units += len(r.ranges)
-            off = r.next_begin_offset if r.ranges else 0
+            off = r.next_begin_offset if r.next_begin_offset < size else 0
         done += min(CHUNK, calls - done)
         if time.perf_counter() > deadline:
             break

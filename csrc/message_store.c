@@ -418,6 +418,25 @@ int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, cons
     return rc;
 }
 
+/* Every (topic, queue) entry, copied under the table lock; free *out. */
+static int snapshot_entries(rmq_store_t *s, rmq_tq_entry_t ***out, int64_t *total) {
+    int64_t cap = 256;
+    rmq_tq_entry_t **snap = NULL;
+    for (;;) {
+        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
+        if (!ns) {
+            free(snap);
+            return -ENOMEM;
+        }
+        snap = ns;
+        *total = rmq_tq_snapshot(&s->table, snap, cap);
+        if (*total <= cap) break;
+        cap = *total * 2;
+    }
+    *out = snap;
+    return RMQ_OK;
+}
+
 int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where) {
     return rmq_mfq_flush(s->cl.mfq, least_pages, where);
 }
@@ -437,20 +456,9 @@ static int save_checkpoint(rmq_store_t *s, int64_t dispatched, int64_t dispatche
 int rmq_store_flush_logics(rmq_store_t *s, int least_pages) {
     int64_t dispatched = __atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE);
     int64_t ts = __atomic_load_n(&s->last_dispatched_ts, __ATOMIC_RELAXED);
-    int64_t cap = 256;
-    rmq_tq_entry_t **snap = NULL;
+    rmq_tq_entry_t **snap;
     int64_t total;
-    for (;;) {
-        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
-        if (!ns) {
-            free(snap);
-            return -ENOMEM;
-        }
-        snap = ns;
-        total = rmq_tq_snapshot(&s->table, snap, cap);
-        if (total <= cap) break;
-        cap = total * 2;
-    }
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
     int rc = RMQ_OK;
     for (int64_t i = 0; i < total && rc == RMQ_OK; i++) {
         rmq_consume_queue_t *cq = __atomic_load_n(&snap[i]->cq, __ATOMIC_ACQUIRE);
@@ -469,19 +477,9 @@ int rmq_store_delete_expired_commit_log(rmq_store_t *s, int64_t expire_ms, int64
 
 int rmq_store_delete_expired_logics(rmq_store_t *s) {
     int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
-    int64_t cap = 256, total;
-    rmq_tq_entry_t **snap = NULL;
-    for (;;) {
-        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
-        if (!ns) {
-            free(snap);
-            return -ENOMEM;
-        }
-        snap = ns;
-        total = rmq_tq_snapshot(&s->table, snap, cap);
-        if (total <= cap) break;
-        cap = total * 2;
-    }
+    rmq_tq_entry_t **snap;
+    int64_t total;
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
     int deleted = 0;
     for (int64_t i = 0; i < total; i++) {
         rmq_consume_queue_t *cq = __atomic_load_n(&snap[i]->cq, __ATOMIC_ACQUIRE);
@@ -636,19 +634,9 @@ static int load_consume_queues(rmq_store_t *s, int *count) {
 /* ConsumeQueues after the CommitLog was cut at end: drop units past it, fix
  * min offsets, and reset every queue's next offset from its ConsumeQueue. */
 static int trim_logics(rmq_store_t *s, int64_t end) {
-    int64_t cap = 256, total;
-    rmq_tq_entry_t **snap = NULL;
-    for (;;) {
-        rmq_tq_entry_t **ns = realloc(snap, (size_t)cap * sizeof(*ns));
-        if (!ns) {
-            free(snap);
-            return -ENOMEM;
-        }
-        snap = ns;
-        total = rmq_tq_snapshot(&s->table, snap, cap);
-        if (total <= cap) break;
-        cap = total * 2;
-    }
+    rmq_tq_entry_t **snap;
+    int64_t total;
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
     int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
     int rc = RMQ_OK;
     for (int64_t i = 0; i < total && rc == RMQ_OK; i++) {

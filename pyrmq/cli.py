@@ -21,8 +21,9 @@ from pyrmq.store.check import check_store
 
 
 def _store_config(args: argparse.Namespace) -> MessageStoreConfig:
-    return MessageStoreConfig(store_path_root_dir=args.dir,
-                              mapped_file_size_commit_log=args.segment_mb << 20)
+    return MessageStoreConfig(
+        store_path_root_dir=args.dir, mapped_file_size_commit_log=args.segment_mb << 20
+    )
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -40,8 +41,10 @@ async def _demo(args: argparse.Namespace) -> int:
         found = await store.query_message("DemoTopic", key)
         print(f"  lookup by key {key}: {[m['body'].decode() for m in found]}")
         rec = store.recovery
-        print(f"opened {'after a crash' if rec['abnormal'] else 'cleanly'}; "
-              f"CommitLog now ends at {store.commit_log_max_offset}")
+        print(
+            f"opened {'after a crash' if rec['abnormal'] else 'cleanly'}; "
+            f"CommitLog now ends at {store.commit_log_max_offset}"
+        )
     return 0
 
 
@@ -50,8 +53,10 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep.as_dict(), indent=2))
     else:
-        print(f"{rep.root}: {rep.segments} segment(s), {rep.records} records, "
-              f"CommitLog ends at {rep.commit_log_end}, {len(rep.queues)} queue(s)")
+        print(
+            f"{rep.root}: {rep.segments} segment(s), {rep.records} records, "
+            f"CommitLog ends at {rep.commit_log_end}, {len(rep.queues)} queue(s)"
+        )
         for p in rep.problems:
             print(f"  problem: {p}")
         print("OK" if rep.ok else f"{len(rep.problems)} problem(s)")
@@ -74,8 +79,9 @@ async def _dump(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pyrmq", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="pyrmq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     store = sub.add_parser("store", help="work with a store directory")
     ssub = store.add_subparsers(dest="store_cmd", required=True)

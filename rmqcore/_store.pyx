@@ -56,6 +56,19 @@ cdef class AppendResult:
                 f"wrote_bytes={self.wrote_bytes}, count={self.count})")
 
 
+cdef AppendResult _append_result(rmq_append_result_t *r, bytes store_host):
+    cdef AppendResult res = AppendResult.__new__(AppendResult)
+    res.phys_offset = r.phys_offset
+    res.queue_offset = r.queue_offset
+    res.wrote_bytes = r.wrote_bytes
+    res.count = r.count
+    res.rolled = (r.rolled & RMQ_APPEND_NEW_SEGMENT) != 0
+    res.needs_allocate = r.rolled != 0
+    res.store_timestamp = r.store_timestamp
+    res.store_host = store_host
+    return res
+
+
 cdef class GetResult:
     """Result of get_message: status name, offsets and the byte ranges of the
     found records in the CommitLog as (phys_offset, size) pairs."""
@@ -254,16 +267,7 @@ cdef class MessageStoreCore:
             rc = rmq_store_put(self._s, &m, &r)
         if rc != 0:
             _raise_for(rc, f"put to {topic}:{queue_id}")
-        cdef AppendResult res = AppendResult.__new__(AppendResult)
-        res.phys_offset = r.phys_offset
-        res.queue_offset = r.queue_offset
-        res.wrote_bytes = r.wrote_bytes
-        res.count = r.count
-        res.rolled = (r.rolled & RMQ_APPEND_NEW_SEGMENT) != 0
-        res.needs_allocate = r.rolled != 0
-        res.store_timestamp = r.store_timestamp
-        res.store_host = self.store_host
-        return res
+        return _append_result(&r, self.store_host)
 
     def put_batch(self, topic, int queue_id, batch, *, int sysflag=0, long long born_timestamp=0,
                   bytes born_host=None, int reconsume_times=0):
@@ -298,16 +302,7 @@ cdef class MessageStoreCore:
             rc = rmq_store_put_batch(self._s, &m, &mv[0], n, &r)
         if rc != 0:
             _raise_for(rc, f"put_batch to {topic}:{queue_id}")
-        cdef AppendResult res = AppendResult.__new__(AppendResult)
-        res.phys_offset = r.phys_offset
-        res.queue_offset = r.queue_offset
-        res.wrote_bytes = r.wrote_bytes
-        res.count = r.count
-        res.rolled = (r.rolled & RMQ_APPEND_NEW_SEGMENT) != 0
-        res.needs_allocate = r.rolled != 0
-        res.store_timestamp = r.store_timestamp
-        res.store_host = self.store_host
-        return res
+        return _append_result(&r, self.store_host)
 
     def get_message(self, topic, int queue_id, long long offset, int max_msgs=32,
                     long long max_bytes=256 * 1024, tags_codes=None) -> GetResult:

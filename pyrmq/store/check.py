@@ -72,8 +72,9 @@ def check_store(root: str) -> CheckReport:
                 for pos, rec in rmqcore.iter_records(mm):
                     phys = start + pos
                     if rec["commit_log_offset"] != phys:
-                        rep.problems.append(f"record at {phys} says it is at "
-                                            f"{rec['commit_log_offset']}")
+                        rep.problems.append(
+                            f"record at {phys} says it is at {rec['commit_log_offset']}"
+                        )
                         break
                     key = (rec["topic"], rec["queue_id"])
                     records[phys] = (*key, rec["queue_offset"], rec["store_size"])
@@ -93,8 +94,8 @@ def check_store(root: str) -> CheckReport:
                     continue
                 with mm:
                     for off in range(0, len(mm) - _UNIT + 1, _UNIT):
-                        phys = int.from_bytes(mm[off:off + 8], "big", signed=True)
-                        size = int.from_bytes(mm[off + 8:off + 12], "big", signed=True)
+                        phys = int.from_bytes(mm[off : off + 8], "big", signed=True)
+                        size = int.from_bytes(mm[off + 8 : off + 12], "big", signed=True)
                         if size == 0 and phys == 0:
                             continue
                         qoff = (start + off) // _UNIT
@@ -102,15 +103,21 @@ def check_store(root: str) -> CheckReport:
                         want = records.get(phys)
                         if want is None:
                             if phys >= segs[0][0] if segs else False:
-                                rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at "
-                                                    f"{phys}, where no record starts")
+                                rep.problems.append(
+                                    f"{topic}/{qid_name} unit {qoff} points at "
+                                    f"{phys}, where no record starts"
+                                )
                         elif want != (topic, qid, qoff, size):
-                            rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at a "
-                                                f"record of {want[0]}/{want[1]} offset {want[2]}")
+                            rep.problems.append(
+                                f"{topic}/{qid_name} unit {qoff} points at a "
+                                f"record of {want[0]}/{want[1]} offset {want[2]}"
+                            )
             rep.queues[f"{topic}/{qid_name}"] = units
     for (topic, qid), n in per_queue.items():
         if rep.queues.get(f"{topic}/{qid}", 0) < n:
-            rep.problems.append(f"{topic}/{qid}: {n} records but "
-                                f"{rep.queues.get(f'{topic}/{qid}', 0)} ConsumeQueue units "
-                                "(opening the store re-dispatches them)")
+            rep.problems.append(
+                f"{topic}/{qid}: {n} records but "
+                f"{rep.queues.get(f'{topic}/{qid}', 0)} ConsumeQueue units "
+                "(opening the store re-dispatches them)"
+            )
     return rep

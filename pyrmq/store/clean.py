@@ -8,7 +8,6 @@ written."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -17,7 +16,7 @@ from collections.abc import Callable
 
 import rmqcore
 from pyrmq.store.config import MessageStoreConfig
-from pyrmq.store.io_executor import IOExecutor
+from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
 
 log = logging.getLogger("pyrmq.store.clean")
 
@@ -95,8 +94,5 @@ class CleanService:
         return CleanResult(deleted, logic, ratio, reason)
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

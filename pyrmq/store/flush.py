@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 import rmqcore
-from pyrmq.store.io_executor import IOExecutor
+from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
 
 log = logging.getLogger("pyrmq.store.flush")
 
@@ -168,8 +167,5 @@ class PeriodicFlushService:
                 log.exception("%s failed; retrying in %.1fs", self._name, self._interval)
 
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

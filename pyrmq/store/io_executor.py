@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,3 +29,12 @@ class IOExecutor:
         """Wait for every queued job, then stop the threads."""
         for pool in self._pools.values():
             pool.shutdown(wait=True)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a service's task and wait for it to end (shutdown)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

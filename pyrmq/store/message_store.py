@@ -10,7 +10,6 @@ released."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import ipaddress
@@ -23,7 +22,7 @@ from pyrmq.common.errors import StoreError
 from pyrmq.store.clean import CleanResult, CleanService
 from pyrmq.store.config import FlushDiskType, MessageStoreConfig
 from pyrmq.store.flush import GroupCommitService, PeriodicFlushService
-from pyrmq.store.io_executor import IOExecutor
+from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
 
 log = logging.getLogger("pyrmq.store")
 
@@ -88,8 +87,7 @@ class MessageStore:
         self._allocating = False
         # True while an index build is scheduled or running; always True when
         # the index is built inline (or not at all), so puts never schedule.
-        self._indexing = not (self.config.message_index_enable
-                              and self.config.message_index_async)
+        self._indexing = not (self.config.message_index_enable and self.config.message_index_async)
         self._redispatch_task: asyncio.Task[None] | None = None
         self._sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = self.config.sync_flush_timeout_ms / 1000
@@ -177,11 +175,8 @@ class MessageStore:
             return
         for svc in self._services:
             await svc.shutdown()
-        if self._redispatch_task is not None:
-            self._redispatch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._redispatch_task
-            self._redispatch_task = None
+        await cancel_and_wait(self._redispatch_task)
+        self._redispatch_task = None
         if self._clean is not None:
             await self._clean.shutdown()
         if self._group_commit is not None:
