@@ -179,3 +179,5 @@ def test_crash_loses_no_acknowledged_append(tmp_path: Path, mode: str) -> None:
         if cycle % 2:
             (root / "abort").touch()  # the next writer recovers an unclean store
     assert sum(acked.values()) > CYCLES, f"too few appends to mean anything: {dict(acked)}"
+    print(f"\n{mode}: {CYCLES} SIGKILL cycles, {sum(acked.values())} acknowledged appends, "
+          f"{len(known)} records verified intact after the last recovery")
