@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import rmqcore
-from pyrmq.store import FlushDiskType, MessageStore, MessageStoreConfig
+from pyrmq.storage import FlushDiskType, MessageStore, MessageStoreConfig
 
 TOPIC = "BenchTopic"
 QUEUES = 4

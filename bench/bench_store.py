@@ -1,4 +1,4 @@
-"""pytest-benchmark suite for the store (rmqcore + pyrmq.store).
+"""pytest-benchmark suite for the store (rmqcore + pyrmq.storage).
 
 Run: ``python -m pytest bench/bench_store.py --benchmark-only``
 (``-k append`` etc. to pick a group; ``PYRMQ_BENCH_DIR=/path`` to measure on
@@ -28,7 +28,7 @@ import pytest
 
 import rmqcore
 from bench import _workloads as w
-from pyrmq.store import FlushDiskType, MessageStore
+from pyrmq.storage import FlushDiskType, MessageStore
 
 #: messages per round of one append test, by body size
 APPEND_MSGS = {128: 200_000, 1024: 100_000}

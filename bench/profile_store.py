@@ -28,7 +28,7 @@ from typing import Any
 
 import rmqcore
 from bench import _workloads as w
-from pyrmq.store import FlushDiskType, MessageStore
+from pyrmq.storage import FlushDiskType, MessageStore
 
 
 @contextlib.contextmanager

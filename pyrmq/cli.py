@@ -16,8 +16,8 @@ import sys
 import time
 
 import rmqcore
-from pyrmq.store import MessageStore, MessageStoreConfig
-from pyrmq.store.check import check_store
+from pyrmq.storage import MessageStore, MessageStoreConfig
+from pyrmq.storage.check import check_store
 
 
 def _store_config(args: argparse.Namespace) -> MessageStoreConfig:

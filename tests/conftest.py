@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import rmqcore
-from pyrmq.store import MessageStoreConfig
+from pyrmq.storage import MessageStoreConfig
 
 
 def small_config(root: str, **kw: object) -> MessageStoreConfig:

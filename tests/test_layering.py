@@ -12,10 +12,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # package -> the pyrmq packages it may import (besides itself)
 ALLOWED = {
     "pyrmq.common": set(),
-    "pyrmq.store": {"pyrmq.common"},
+    "pyrmq.storage": {"pyrmq.common"},
     "pyrmq.remoting": {"pyrmq.common"},
     "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
-    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.store"},
+    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage"},
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},

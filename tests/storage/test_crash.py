@@ -1,4 +1,4 @@
-"""Crash loop: a child process appends through pyrmq.store.MessageStore from
+"""Crash loop: a child process appends through pyrmq.storage.MessageStore from
 several asyncio tasks and reports every acknowledged append; the parent
 SIGKILLs it at a random moment, reopens the store with rmqcore and checks
 that every reported append is there, intact, in its queue and in the index.
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import rmqcore
-from tests.store.crash_writer import CORE, QUEUES, TOPICS
+from tests.storage.crash_writer import CORE, QUEUES, TOPICS
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 CYCLES = int(os.environ.get("PYRMQ_CRASH_CYCLES", "12"))
@@ -54,7 +54,7 @@ class Child:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.crash_writer", str(root), mode, str(seed), tag],
+            [sys.executable, "-m", "tests.storage.crash_writer", str(root), mode, str(seed), tag],
             cwd=ROOT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: list[str] = []
         self.ready = threading.Event()

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 
 import rmqcore
-from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
+from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
 
-log = logging.getLogger("pyrmq.store.flush")
+log = logging.getLogger("pyrmq.storage.flush")
 
 
 class GroupCommitService:

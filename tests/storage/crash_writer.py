@@ -1,7 +1,7 @@
 """Child process of test_crash.py: appends to a store through
-pyrmq.store.MessageStore from several asyncio tasks until it is killed.
+pyrmq.storage.MessageStore from several asyncio tasks until it is killed.
 
-    python -m tests.store.crash_writer ROOT SYNC_FLUSH|ASYNC_FLUSH SEED TAG
+    python -m tests.storage.crash_writer ROOT SYNC_FLUSH|ASYNC_FLUSH SEED TAG
 
 Prints "READY <recovery>" once the store is open, then one line per append
 that the store has acknowledged:
@@ -25,7 +25,7 @@ import sys
 import time
 
 import rmqcore
-from pyrmq.store import FlushDiskType, MessageStore, MessageStoreConfig, PutMessageStatus
+from pyrmq.storage import FlushDiskType, MessageStore, MessageStoreConfig, PutMessageStatus
 
 TOPICS = ("CrashA", "CrashB", "Crash%C")
 QUEUES = 3

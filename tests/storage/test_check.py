@@ -6,8 +6,8 @@ import hashlib
 
 import rmqcore
 from pyrmq.cli import main
-from pyrmq.store import MessageStore
-from pyrmq.store.check import check_store
+from pyrmq.storage import MessageStore
+from pyrmq.storage.check import check_store
 from tests.conftest import small_config
 
 

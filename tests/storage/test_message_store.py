@@ -19,8 +19,8 @@ from pyrmq.common.errors import (
     NotAStoreError,
     StoreLockedError,
 )
-from pyrmq.store import FlushDiskType, MessageStore, MessageStoreConfig, PutMessageStatus
-from pyrmq.store.zero_copy import sendfile_ranges
+from pyrmq.storage import FlushDiskType, MessageStore, MessageStoreConfig, PutMessageStatus
+from pyrmq.storage.zero_copy import sendfile_ranges
 from tests.conftest import small_config
 
 PROPS = rmqcore.encode_properties({"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": "U" * 32})
@@ -453,7 +453,7 @@ def test_full_disk_fails_sends_cleanly_and_recovers(tiny_fs, run):
     ],
 )
 def test_retention_by_disk_usage(tmp_path, run, ratio, aged, expect_deleted):
-    from pyrmq.store.clean import CleanService
+    from pyrmq.storage.clean import CleanService
 
     if time.localtime().tm_hour == 4:
         pytest.skip("runs inside deleteWhen (04), where hour-based deletion applies too")

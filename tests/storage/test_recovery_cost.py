@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 
 import rmqcore
-from pyrmq.store import MessageStore
+from pyrmq.storage import MessageStore
 from tests.conftest import small_config
 
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import rmqcore
 from pyrmq.common.errors import StoreError
-from pyrmq.store.clean import CleanResult, CleanService
-from pyrmq.store.config import FlushDiskType, MessageStoreConfig
-from pyrmq.store.flush import GroupCommitService, PeriodicFlushService
-from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
+from pyrmq.storage.clean import CleanResult, CleanService
+from pyrmq.storage.config import FlushDiskType, MessageStoreConfig
+from pyrmq.storage.flush import GroupCommitService, PeriodicFlushService
+from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
 
-log = logging.getLogger("pyrmq.store")
+log = logging.getLogger("pyrmq.storage")
 
 #: Callback for new messages: (topic, queue_id, max_offset_after).
 ArrivalListener = Callable[[str, int, int], None]

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 
 import rmqcore
-from pyrmq.store.config import MessageStoreConfig
-from pyrmq.store.io_executor import IOExecutor, cancel_and_wait
+from pyrmq.storage.config import MessageStoreConfig
+from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
 
-log = logging.getLogger("pyrmq.store.clean")
+log = logging.getLogger("pyrmq.storage.clean")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
