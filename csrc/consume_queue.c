@@ -53,11 +53,12 @@ static void write_unit(uint8_t *p, int64_t phys, int32_t size, int64_t tags) {
     rmq_put_be64(p + 12, tags);
 }
 
-static void read_unit(const uint8_t *p, rmq_cq_unit_t *u) {
+void rmq_cq_unit_decode(const uint8_t *p, rmq_cq_unit_t *u) {
     u->phys_offset = rmq_get_be64(p);
     u->size = rmq_get_be32(p + 8);
     u->tags_code = rmq_get_be64(p + 12);
 }
+
 
 int rmq_cq_put(rmq_consume_queue_t *cq, int64_t qoff, int64_t phys_offset, int32_t size,
                int64_t tags_code) {
@@ -96,7 +97,7 @@ int rmq_cq_get(rmq_consume_queue_t *cq, int64_t qoff, rmq_cq_unit_t *u) {
     int64_t pos = qoff * UNIT;
     int rc = rmq_mfq_find_pinned(cq->mfq, pos, &f);
     if (rc != RMQ_OK) return rc;
-    read_unit(f->base + (pos - f->from_offset), u);
+    rmq_cq_unit_decode(f->base + (pos - f->from_offset), u);
     rmq_mapped_file_unpin(f);
     return RMQ_OK;
 }
@@ -119,7 +120,7 @@ int rmq_cq_read_filtered(rmq_consume_queue_t *cq, int64_t qoff, int64_t max_scan
         const uint8_t *p = f->base + (pos - f->from_offset);
         while (n < max_scan && pos < file_end && kept < max_out) {
             rmq_cq_unit_t u;
-            read_unit(p, &u);
+            rmq_cq_unit_decode(p, &u);
             int keep = u.size > 0;
             if (keep && ntags > 0) {
                 keep = 0;
@@ -151,7 +152,7 @@ int rmq_cq_read_filtered(rmq_consume_queue_t *cq, int64_t qoff, int64_t max_scan
 static int unit_at(rmq_mfq_t *q, int64_t idx, rmq_cq_unit_t *u) {
     rmq_mapped_file_t *f;
     if (rmq_mfq_find_pinned(q, idx * UNIT, &f) != RMQ_OK) return 0;
-    read_unit(f->base + (idx * UNIT - f->from_offset), u);
+    rmq_cq_unit_decode(f->base + (idx * UNIT - f->from_offset), u);
     rmq_mapped_file_unpin(f);
     return 1;
 }

@@ -23,6 +23,9 @@ typedef struct rmq_consume_queue {
     int64_t max_phy_end;       /* phys offset + size of the last unit put */
 } rmq_consume_queue_t;
 
+/* Decode the unit at p (20 bytes). Pure. */
+void rmq_cq_unit_decode(const uint8_t *p, rmq_cq_unit_t *u);
+
 /* Open dir/<20-digit files> with units_per_file units per segment. */
 int rmq_cq_open(const char *dir, int32_t queue_id, int64_t units_per_file, rmq_consume_queue_t **out);
 void rmq_cq_close(rmq_consume_queue_t *cq);

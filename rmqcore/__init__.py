@@ -12,6 +12,7 @@ from rmqcore._core import (  # noqa: F401
     decode_records,
     encode_batch,
     encode_properties,
+    iter_cq_units,
     iter_records,
     java_hash,
     live_mapped_files,

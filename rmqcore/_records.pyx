@@ -100,21 +100,21 @@ def decode_records(data, bint check_crc=True) -> list:
     """Decode back-to-back records (a pull body, or a CommitLog range) into
     dicts with every stored field. Raises CorruptStoreError on a malformed
     record or a CRC mismatch; stops at a blank or never-written record."""
+    return [rec for _, rec in iter_records(data, 0, check_crc)]
+
+
+def iter_cq_units(data, long long first_index=0):
+    """Yield (queue offset, commit-log offset, size, tags code) for every
+    written ConsumeQueue unit in data (a segment's bytes; its first unit has
+    queue offset first_index). Units never written (all zero) are skipped."""
     cdef const unsigned char[::1] mv = data
     cdef Py_ssize_t n = mv.shape[0], pos = 0
-    cdef rmq_record_view_t v
-    cdef int rc
-    out = []
-    while pos < n:
-        rc = rmq_record_decode(&mv[pos], n - pos, &v)
-        if rc == RMQ_ENOT_FOUND:
-            break
-        _raise_for(rc, f"record at byte {pos}")
-        if check_crc and not rmq_record_crc_ok(&v):
-            raise CorruptStoreError(f"record at byte {pos}: body CRC mismatch", RMQ_ECORRUPT)
-        out.append(_view_to_dict(&v))
-        pos += v.total_size
-    return out
+    cdef rmq_cq_unit_t u
+    while pos + RMQ_CQ_STORE_UNIT_SIZE <= n:
+        rmq_cq_unit_decode(&mv[pos], &u)
+        if u.size != 0 or u.phys_offset != 0:
+            yield first_index + pos // RMQ_CQ_STORE_UNIT_SIZE, u.phys_offset, u.size, u.tags_code
+        pos += RMQ_CQ_STORE_UNIT_SIZE
 
 
 def record_size(int body_len, int topic_len, int props_len, int born_host_len=8,

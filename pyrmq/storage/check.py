@@ -93,25 +93,16 @@ def check_store(root: str) -> CheckReport:
                 if mm is None:
                     continue
                 with mm:
-                    for off in range(0, len(mm) - _UNIT + 1, _UNIT):
-                        phys = int.from_bytes(mm[off : off + 8], "big", signed=True)
-                        size = int.from_bytes(mm[off + 8 : off + 12], "big", signed=True)
-                        if size == 0 and phys == 0:
-                            continue
-                        qoff = (start + off) // _UNIT
+                    for qoff, phys, size, _tags in rmqcore.iter_cq_units(mm, start // _UNIT):
                         units += 1
                         want = records.get(phys)
                         if want is None:
-                            if phys >= segs[0][0] if segs else False:
-                                rep.problems.append(
-                                    f"{topic}/{qid_name} unit {qoff} points at "
-                                    f"{phys}, where no record starts"
-                                )
+                            if segs and phys >= segs[0][0]:
+                                rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at "
+                                                    f"{phys}, where no record starts")
                         elif want != (topic, qid, qoff, size):
-                            rep.problems.append(
-                                f"{topic}/{qid_name} unit {qoff} points at a "
-                                f"record of {want[0]}/{want[1]} offset {want[2]}"
-                            )
+                            rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at a "
+                                                f"record of {want[0]}/{want[1]} offset {want[2]}")
             rep.queues[f"{topic}/{qid_name}"] = units
     for (topic, qid), n in per_queue.items():
         if rep.queues.get(f"{topic}/{qid}", 0) < n:

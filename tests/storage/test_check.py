@@ -45,3 +45,14 @@ def test_check_reports_a_flipped_body_byte_without_touching_the_file(tmp_path, r
     assert rep.records == 123  # the intact prefix
     assert hashlib.sha256(seg.read_bytes()).hexdigest() == digest
     assert main(["store", "check", str(tmp_path)]) == 1
+
+
+def test_check_reports_a_consume_queue_unit_that_points_at_the_wrong_record(tmp_path, run):
+    results = _fill(str(tmp_path), run)
+    cq = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+    with open(cq, "r+b") as f:  # unit 5 of T/0 now points at T/1's record 5
+        f.seek(5 * rmqcore.CQ_STORE_UNIT_SIZE)
+        f.write(results[11].phys_offset.to_bytes(8, "big"))
+    rep = check_store(str(tmp_path))
+    assert rep.records == 400
+    assert rep.problems == ["T/0 unit 5 points at a record of T/1 offset 5"]
