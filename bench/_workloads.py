@@ -156,11 +156,11 @@ def _call_chunks(pool: Sequence[bytes], queues: int) -> list[list[tuple[int, byt
     return [calls[i:i + CHUNK] for i in range(0, n, CHUNK)]
 
 
-def append_per_call(put: Callable[..., Any], body: bytes, pool: Sequence[bytes],
-                    record_size: int, max_msgs: int, time_limit_s: float,
-                    queues: int = QUEUES) -> Rate:
-    """Call put(TOPIC, qid, body, props) one message at a time until max_msgs
-    or time_limit_s (checked every CHUNK messages)."""
+def _per_call_chunks(put: Callable[..., Any], body: bytes, pool: Sequence[bytes],
+                     record_size: int, max_msgs: int, time_limit_s: float,
+                     queues: int) -> Iterator[None]:
+    """The per-call append loop, one CHUNK of puts per step (so an asyncio
+    caller can yield between chunks); returns the Rate when done."""
     chunks = _call_chunks(pool, queues)
     msgs = 0
     last = None
@@ -175,10 +175,24 @@ def append_per_call(put: Callable[..., Any], body: bytes, pool: Sequence[bytes],
         msgs += len(chunk)
         if msgs >= max_msgs or time.perf_counter() > deadline:
             break
+        yield
     secs = time.perf_counter() - start
     if last is not None and last.wrote_bytes != record_size:
         raise AssertionError(f"record size changed: {last.wrote_bytes} != {record_size}")
     return Rate(msgs, msgs * record_size, secs)
+
+
+def append_per_call(put: Callable[..., Any], body: bytes, pool: Sequence[bytes],
+                    record_size: int, max_msgs: int, time_limit_s: float,
+                    queues: int = QUEUES) -> Rate:
+    """Call put(TOPIC, qid, body, props) one message at a time until max_msgs
+    or time_limit_s (checked every CHUNK messages)."""
+    steps = _per_call_chunks(put, body, pool, record_size, max_msgs, time_limit_s, queues)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 async def append_per_call_async(put: Callable[..., Any], body: bytes, pool: Sequence[bytes],
@@ -187,25 +201,13 @@ async def append_per_call_async(put: Callable[..., Any], body: bytes, pool: Sequ
     """append_per_call for MessageStore.put_message_nowait: the same loop,
     yielding to the event loop every CHUNK messages so the store's flush and
     allocate services run as they would in the broker."""
-    chunks = _call_chunks(pool, queues)
-    msgs = 0
-    last = None
-    start = time.perf_counter()
-    deadline = start + time_limit_s
-    for k in range(max_msgs // CHUNK + len(chunks) + 1):
-        chunk = chunks[k % len(chunks)]
-        if msgs + len(chunk) > max_msgs:
-            chunk = chunk[:max_msgs - msgs]
-        for qid, props in chunk:
-            last = put(TOPIC, qid, body, props)
-        msgs += len(chunk)
-        if msgs >= max_msgs or time.perf_counter() > deadline:
-            break
+    steps = _per_call_chunks(put, body, pool, record_size, max_msgs, time_limit_s, queues)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
         await asyncio.sleep(0)
-    secs = time.perf_counter() - start
-    if last is not None and last.wrote_bytes != record_size:
-        raise AssertionError(f"record size changed: {last.wrote_bytes} != {record_size}")
-    return Rate(msgs, msgs * record_size, secs)
 
 
 def append_batched(put_batch: Callable[..., Any], batches: Sequence[tuple[int, bytes]],
