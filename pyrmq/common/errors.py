@@ -5,6 +5,8 @@ Store errors are raised by rmqcore's wrappers; each carries the C status code
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 
 class RMQError(Exception):
     """Base of every pyrmq error."""
@@ -49,3 +51,106 @@ class NotAStoreError(StoreError):
 
 class StoreLockedError(StoreError):
     """Another process has the store open."""
+
+
+class BrokerError(RMQError):
+    """A non-success response of a broker or name server; also what a server
+    processor raises to answer with `code` and the message as remark.
+
+    Subclasses set `code` (a ResponseCode value) and register themselves;
+    BrokerError.for_code(code) finds them (UnknownBrokerError otherwise)."""
+
+    code: ClassVar[int] = -1
+    _registry: ClassVar[dict[int, type[BrokerError]]] = {}
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.code >= 0:
+            if cls.code in BrokerError._registry:
+                raise TypeError(f"response code {cls.code} registered twice")
+            BrokerError._registry[cls.code] = cls
+
+    def __init__(self, remark: str, addr: str | None = None) -> None:
+        super().__init__(remark if addr is None else f"{remark} (from {addr})")
+        self.remark = remark
+        self.addr = addr
+
+    @staticmethod
+    def for_code(code: int) -> type[BrokerError]:
+        return BrokerError._registry.get(code, UnknownBrokerError)
+
+    @classmethod
+    def from_response(cls, code: int, remark: str | None, addr: str | None = None) -> BrokerError:
+        err_cls = BrokerError.for_code(code)
+        err = err_cls(remark or f"response code {code}", addr)
+        if err_cls is UnknownBrokerError:
+            err.response_code = code
+        return err
+
+
+class UnknownBrokerError(BrokerError):
+    """A response code pyrmq has no class for; see `response_code`."""
+
+    response_code = -1
+
+
+# Codes from RocketMQ's ResponseCode / RemotingSysResponseCode.
+class BrokerSystemError(BrokerError):
+    code = 1
+    retriable = True
+
+
+class SystemBusyError(BrokerError):
+    code = 2
+    retriable = True
+
+
+class RequestCodeNotSupportedError(BrokerError):
+    code = 3
+
+
+class MessageIllegalError(BrokerError):
+    code = 13
+
+
+class ServiceNotAvailableError(BrokerError):
+    code = 14
+    retriable = True
+
+
+class NoPermissionError(BrokerError):
+    code = 16
+    retriable = True
+
+
+class TopicNotExistError(BrokerError):
+    code = 17
+    retriable = True
+
+
+class TopicExistAlreadyError(BrokerError):
+    code = 18
+
+
+class QueryNotFoundError(BrokerError):
+    code = 22
+
+
+class SubscriptionParseFailedError(BrokerError):
+    code = 23
+
+
+class SubscriptionNotExistError(BrokerError):
+    code = 24
+
+
+class SubscriptionNotLatestError(BrokerError):
+    code = 25
+
+
+class SubscriptionGroupNotExistError(BrokerError):
+    code = 26
+
+
+class ConsumerNotOnlineError(BrokerError):
+    code = 206

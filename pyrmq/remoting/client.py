@@ -1,0 +1,106 @@
+"""RemotingClient: one connection per address, opened on demand and again
+after it drops (NettyRemotingClient)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from pyrmq.common.errors import RemotingError
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.connection import Connection, RequestHandler
+
+log = logging.getLogger("pyrmq.remoting")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """Requests to many servers. `handler` answers requests the servers send
+    us (NOTIFY_CONSUMER_IDS_CHANGED and friends)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        name: str = "client",
+    ) -> None:
+        self._handler = handler
+        self.connect_timeout = connect_timeout
+        self.name = name
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._closed = False
+
+    async def connection(self, addr: str) -> Connection:
+        if self._closed:
+            raise RemotingError("the client is shut down")
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await self._connect(addr)
+            self._conns[addr] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as e:
+            fut.set_exception(e if isinstance(e, Exception) else RemotingError(str(e)))
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def _connect(self, addr: str) -> Connection:
+        host, port = split_addr(addr)
+        loop = asyncio.get_running_loop()
+
+        def closed(c: Connection) -> None:
+            if self._conns.get(addr) is c:
+                del self._conns[addr]
+
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, proto = await loop.create_connection(
+                    lambda: Connection(self._handler, on_close=closed, name=self.name), host, port
+                )
+        except (OSError, TimeoutError) as e:
+            raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
+        return proto
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
+    ) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.invoke(cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        conn.invoke_oneway(cmd)
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for c in conns:
+            c.close()
+        for c in conns:
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with asyncio.timeout(2):
+                    await c.closed

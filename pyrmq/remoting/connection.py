@@ -1,0 +1,381 @@
+"""Connection: one TCP connection speaking the remoting protocol, on either
+side (asyncio.Protocol).
+
+Requests that arrive are given to the owner's RequestHandler; responses are
+matched to pending invocations by opaque. Answers produced while a batch of
+received bytes is processed go out in one write. A pull answer may send its
+body straight from the CommitLog with sendfile; answers that come in the
+meantime wait in order behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from pyrmq.common.errors import BrokerError, RemotingError
+from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    decode_frame,
+)
+
+log = logging.getLogger("pyrmq.remoting")
+
+#: What a handler returns: an answer now, an awaitable answer, or None (no
+#: answer: one-way requests, or the handler answers itself later).
+HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
+
+
+class RequestHandler(Protocol):
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult: ...
+
+
+class FileBody(Protocol):
+    """A response body sent from files: pinned ranges (CommitLog)."""
+
+    def send(self, sock_fd: int) -> int:
+        """Send as much as the socket takes now; return bytes sent."""
+
+    @property
+    def remaining(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+_opaques = itertools.count(1)
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection (Netty channel + NettyRemotingAbstract)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler | None,
+        *,
+        on_close: Callable[[Connection], None] | None = None,
+        max_frame: int | None = None,
+        name: str = "conn",
+    ) -> None:
+        self._handler = handler
+        self._on_close = on_close
+        self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._out: list[bytes] | None = None
+        self._queue: collections.deque[bytes | FileBody] = collections.deque()
+        self._file_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._write_paused = False
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        self.name = name
+        self.peer = ""
+        self.last_active = time.monotonic()
+        #: free slot for the owner (the broker keeps the client's language)
+        self.attrs: dict[str, Any] = {}
+
+    # -- asyncio.Protocol --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                import socket
+
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        err = RemotingError(f"connection to {self.peer} closed" + (f": {exc}" if exc else ""))
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        while self._queue:
+            item = self._queue.popleft()
+            if not isinstance(item, bytes):
+                item.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._file_task is not None:
+            self._file_task.cancel()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        # The peer does not read its answers: stop reading its requests until
+        # it does, so a client that never reads cannot grow our buffers.
+        self._write_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as e:
+            self.abort(f"bad frame: {e}")
+            return
+        self._out = out = []
+        try:
+            for frame in frames:
+                try:
+                    cmd = decode_frame(frame)
+                except FrameError as e:
+                    self.abort(f"bad frame: {e}")
+                    return
+                if cmd.flag & FLAG_RESPONSE:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                else:
+                    self._dispatch(cmd)
+        finally:
+            self._out = None
+            if out and self.transport is not None:
+                self._write(b"".join(out) if len(out) > 1 else out[0])
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        try:
+            if handler is None:
+                raise BrokerError.for_code(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)(
+                    f"request code {cmd.code} not supported"
+                )
+            result = handler(self, cmd)
+        except BrokerError as e:
+            result = cmd.response(e.code, remark=e.remark)
+        except Exception as e:
+            log.exception("%s: handling request code %d failed", self.name, cmd.code)
+            result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send(result)
+            return
+        task = asyncio.ensure_future(self._finish(cmd, result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(
+        self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]
+    ) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            raise
+        except BrokerError as e:
+            result = cmd.response(e.code, remark=e.remark)
+        except Exception as e:
+            log.exception("%s: handling request code %d failed", self.name, cmd.code)
+            result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        if result is not None and not cmd.flag & FLAG_ONEWAY:
+            self.send(result)
+
+    # -- output ---------------------------------------------------------------------
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Queue a frame (request or response) for the peer."""
+        self.send_bytes(cmd.encode())
+
+    def send_bytes(self, frame: bytes) -> None:
+        if self._out is not None:
+            self._out.append(frame)
+        else:
+            self._write(frame)
+
+    def _write(self, data: bytes) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if self._queue or self._file_task is not None:
+            self._queue.append(data)
+        else:
+            t.write(data)
+
+    def send_with_file_body(self, prefix: bytes, body: FileBody) -> None:
+        """Send a frame whose header is prefix and whose body goes by
+        sendfile from body, in order with everything else sent."""
+        if self._out:
+            out, self._out[:] = b"".join(self._out), []
+            self._write(out)
+        t = self.transport
+        if t is None or t.is_closing():
+            body.close()
+            return
+        if self._queue or self._file_task is not None or t.get_write_buffer_size():
+            self._queue.append(prefix)
+            self._queue.append(body)
+            self._start_drain()
+            return
+        t.write(prefix)
+        if t.get_write_buffer_size():
+            self._queue.append(body)
+            self._start_drain()
+            return
+        self._send_file_now(body)
+
+    def _send_file_now(self, body: FileBody) -> None:
+        t = self.transport
+        sock = t.get_extra_info("socket") if t is not None else None
+        if sock is None:
+            body.close()
+            return
+        try:
+            body.send(sock.fileno())
+        except OSError as e:
+            body.close()
+            self.abort(f"sendfile failed: {e}")
+            return
+        if body.remaining:
+            self._queue.appendleft(body)
+            self._start_drain()
+        else:
+            body.close()
+
+    def _start_drain(self) -> None:
+        if self._file_task is None:
+            self._file_task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        """Send the queue in order once the transport's own buffer is empty;
+        file bodies go by sendfile as the socket becomes writable."""
+        loop = asyncio.get_running_loop()
+        try:
+            for _ in range(1 << 40):
+                t = self.transport
+                if t is None or not self._queue:
+                    return
+                while t.get_write_buffer_size():
+                    await asyncio.sleep(0.001)
+                    if self.transport is None:
+                        return
+                item = self._queue.popleft()
+                if isinstance(item, bytes):
+                    t.write(item)
+                    continue
+                sock = t.get_extra_info("socket")
+                fd = sock.fileno()
+                try:
+                    while item.remaining:
+                        item.send(fd)
+                        if item.remaining:
+                            await _writable(loop, fd)
+                            if self.transport is None:
+                                return
+                except OSError as e:
+                    self.abort(f"sendfile failed: {e}")
+                    return
+                finally:
+                    item.close()
+        finally:
+            self._file_task = None
+
+    # -- requests from this side ---------------------------------------------------
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response (RemotingTimeoutError-like
+        RemotingError after timeout seconds)."""
+        if self.transport is None or self.transport.is_closing():
+            raise RemotingError(f"connection to {self.peer} is closed")
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.flag &= ~FLAG_RESPONSE
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = fut
+        try:
+            self.send(cmd)
+            async with asyncio.timeout(timeout):
+                return await fut
+        except TimeoutError:
+            raise RemotingError(
+                f"no answer from {self.peer} to request code {cmd.code} in {timeout:.3f}s"
+            ) from None
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        self.send(cmd)
+
+    def abort(self, reason: str) -> None:
+        """Close this connection at once, logging why."""
+        if self.transport is not None and not self.transport.is_closing():
+            log.warning("%s: closing connection from %s: %s", self.name, self.peer, reason)
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    @property
+    def pending_requests(self) -> int:
+        return len(self._pending)
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
+
+
+class FileRanges:
+    """FileBody over CommitLog ranges: each (pin, offset, size) is sent with
+    the pin's sendfile and released after. Built by the broker from store
+    pins; kept here so the connection does not need the store."""
+
+    __slots__ = ("_items", "_remaining")
+
+    def __init__(self, items: Sequence[tuple[Any, int, int]]) -> None:
+        self._items = collections.deque(items)
+        self._remaining = sum(size for _, _, size in items)
+
+    @property
+    def remaining(self) -> int:
+        return self._remaining
+
+    def send(self, sock_fd: int) -> int:
+        total = 0
+        while self._items:
+            pin, offset, size = self._items[0]
+            n = pin.sendfile(sock_fd, offset, size)
+            total += n
+            self._remaining -= n
+            if n < size:
+                self._items[0] = (pin, offset + n, size - n)
+                break
+            self._items.popleft()
+            pin.release()
+        return total
+
+    def close(self) -> None:
+        while self._items:
+            self._items.popleft()[0].release()

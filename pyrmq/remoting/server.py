@@ -1,0 +1,120 @@
+"""RemotingServer: an asyncio TCP server that hands each request to the
+processor registered for its code (NettyRemotingServer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from pyrmq.common.errors import BrokerError
+from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.command import MAX_FRAME, RemotingCommand
+from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
+
+log = logging.getLogger("pyrmq.remoting")
+
+
+class RemotingServer:
+    """Listens on host:port; `register(code, processor)` routes requests.
+    Unregistered codes get REQUEST_CODE_NOT_SUPPORTED. Connections idle for
+    `channel_max_idle` seconds are closed (serverChannelMaxIdleTimeSeconds)."""
+
+    def __init__(
+        self,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        *,
+        name: str = "server",
+        channel_max_idle: float = 120.0,
+        max_frame: int = MAX_FRAME,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.name = name
+        self.channel_max_idle = channel_max_idle
+        self.max_frame = max_frame
+        self._processors: dict[int, RequestHandler] = {}
+        self._server: asyncio.Server | None = None
+        self.connections: set[Connection] = set()
+        self._idle_task: asyncio.Task[None] | None = None
+        self._close_listeners: list[Callable[[Connection], None]] = []
+
+    def register(self, code: int, processor: RequestHandler) -> None:
+        self._processors[int(code)] = processor
+
+    def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
+        """Called with each connection that closes (ChannelEventListener)."""
+        self._close_listeners.append(listener)
+
+    def _handle(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        processor = self._processors.get(cmd.code)
+        if processor is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {cmd.code} not supported",
+            )
+        return processor(conn, cmd)
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for listener in self._close_listeners:
+            try:
+                listener(conn)
+            except Exception:
+                log.exception("%s: close listener failed", self.name)
+
+    def _new_connection(self) -> Connection:
+        conn = Connection(
+            self._handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+        )
+        self.connections.add(conn)
+        return conn
+
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Listen on host:port, or on sock (already bound) when given."""
+        loop = asyncio.get_running_loop()
+        if sock is not None:
+            self._server = await loop.create_server(self._new_connection, sock=sock, backlog=1024)
+        else:
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
+            )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._idle_task = asyncio.create_task(
+            self._idle_loop(), name=f"pyrmq:{self.name}:idle-channels"
+        )
+
+    async def _idle_loop(self) -> None:
+        interval = min(10.0, self.channel_max_idle / 2)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if now - conn.last_active > self.channel_max_idle:
+                    conn.abort(f"idle for more than {self.channel_max_idle:.0f}s")
+
+    async def shutdown(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_task
+            self._idle_task = None
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with asyncio.timeout(5):
+                    await self._server.wait_closed()
+            self._server = None
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+
+
+def error_response(cmd: RemotingCommand, e: BrokerError) -> RemotingCommand:
+    return cmd.response(e.code, remark=e.remark)
