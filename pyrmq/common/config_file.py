@@ -1,0 +1,122 @@
+"""Small JSON state files (topics, consumer offsets, delay offsets, KV
+config), written atomically: temp file, fsync, rename, fsync of the folder.
+RocketMQ's ConfigManager keeps a .bak; an atomic rename makes it unneeded:
+a reader sees the old file or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from pyrmq.common.errors import ClientError
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Blocking: call from an executor thread, not the event loop."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp"
+    raw = json.dumps(data, indent=1, sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(raw)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_json(path: str) -> Any | None:
+    """The file's JSON, or None when it does not exist. A file that is not
+    JSON raises ClientError naming it (we never silently start empty over
+    somebody's state)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ClientError(
+            f"{path} is not valid JSON ({e}); fix or move it away to start without it"
+        ) from None
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java .properties file (broker.conf): key=value or key: value per
+    line, # and ! comments, surrounding blanks trimmed."""
+    out: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ClientError(f"cannot read config file {path}: {e.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s or s[0] in "#!":
+            continue
+        seps = [i for i in (s.find("="), s.find(":")) if i > 0]
+        if not seps:
+            raise ClientError(f"{path}:{n}: expected key=value, got {line!r}")
+        i = min(seps)
+        out[s[:i].strip()] = s[i + 1 :].strip()
+    return out
+
+
+class JsonStateFile:
+    """A JSON state file saved from a snapshot function on one background
+    thread (RocketMQ ConfigManager.persist). Saves requested while one runs
+    coalesce into one more save, so the file always ends with the latest
+    state and the event loop never waits on the disk."""
+
+    _executor: Any = None
+
+    def __init__(self, path: str, snapshot: Any) -> None:
+        self.path = path
+        self._snapshot = snapshot
+        self._running: Any = None
+        self._again = False
+
+    @classmethod
+    def _pool(cls) -> Any:
+        if cls._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            cls._executor = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-config")
+        return cls._executor
+
+    def load(self) -> Any | None:
+        return read_json(self.path)
+
+    async def persist(self) -> None:
+        """Save the current state; returns once a save that began after
+        this call has finished."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):
+            if self._running is None:
+                data = self._snapshot()
+                self._running = loop.run_in_executor(
+                    self._pool(), write_json_atomic, self.path, data
+                )
+                try:
+                    await self._running
+                finally:
+                    self._running = None
+                return
+            await asyncio.shield(self._running)
+
+    def persist_now(self) -> None:
+        """Blocking save (shutdown, after the loop's work is done)."""
+        write_json_atomic(self.path, self._snapshot())

@@ -1,0 +1,245 @@
+"""NameServer: route registry for brokers and clients (NamesrvController +
+DefaultRequestProcessor)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import struct
+import zlib
+from typing import Any
+
+from pyrmq.common.config_file import read_json, write_json_atomic
+from pyrmq.namesrv.route_info_manager import RouteInfoManager
+from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from pyrmq.remoting.connection import Connection
+
+log = logging.getLogger("pyrmq.namesrv")
+
+
+class NameServer:
+    """`async with NameServer(port=9876) as ns:`. Brokers silent for
+    `broker_channel_expired` seconds are dropped with their routes."""
+
+    def __init__(
+        self,
+        host: str = "0.0.0.0",
+        port: int = 9876,
+        *,
+        kv_config_path: str | None = None,
+        broker_channel_expired: float = 120.0,
+        scan_interval: float = 10.0,
+    ) -> None:
+        self.routes = RouteInfoManager()
+        self.server = RemotingServer(host, port, name="namesrv")
+        self.kv_config_path = kv_config_path
+        self.broker_channel_expired = broker_channel_expired
+        self.scan_interval = scan_interval
+        self.kv: dict[str, dict[str, str]] = {}
+        self._scan_task: asyncio.Task[None] | None = None
+        s = self.server
+        s.register(RequestCode.REGISTER_BROKER, self._register_broker)
+        s.register(RequestCode.UNREGISTER_BROKER, self._unregister_broker)
+        s.register(RequestCode.QUERY_DATA_VERSION, self._query_data_version)
+        s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._get_route)
+        s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
+        s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._topic_list)
+        s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
+        s.register(RequestCode.PUT_KV_CONFIG, self._put_kv)
+        s.register(RequestCode.GET_KV_CONFIG, self._get_kv)
+        s.register(RequestCode.DELETE_KV_CONFIG, self._delete_kv)
+        s.add_close_listener(self.routes.on_channel_closed)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        if self.kv_config_path:
+            data = read_json(self.kv_config_path) or {}
+            self.kv = {ns: dict(t) for ns, t in data.get("configTable", {}).items()}
+        await self.server.start()
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
+        log.info("NameServer listening on %s:%d", self.server.host, self.port)
+
+    async def shutdown(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+        await self.server.shutdown()
+
+    async def __aenter__(self) -> NameServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            try:
+                self.routes.scan_not_active_broker(self.broker_channel_expired)
+            except Exception:
+                log.exception("namesrv: broker scan failed")
+
+    # -- processors -------------------------------------------------------------
+
+    def _register_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        try:
+            broker_name = f["brokerName"]
+            broker_addr = f["brokerAddr"]
+            cluster = f["clusterName"]
+            broker_id = int(f.get("brokerId", "0"))
+        except (KeyError, ValueError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register header: {e}")
+        crc = int(f.get("bodyCrc32", "0") or 0)
+        if crc and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="register body CRC mismatch")
+        try:
+            wrapper = _decode_register_body(cmd.body, f.get("compressed") == "true")
+        except (ValueError, struct.error, zlib.error) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register body: {e}")
+        tcw = wrapper.get("topicConfigSerializeWrapper") or {}
+        out = self.routes.register_broker(
+            cluster,
+            broker_addr,
+            broker_name,
+            broker_id,
+            f.get("haServerAddr", ""),
+            tcw.get("topicConfigTable") or {},
+            tcw.get("dataVersion") or {},
+            conn,
+        )
+        body = b""
+        order = self.kv.get("ORDER_TOPIC_CONFIG")
+        if order:
+            body = json.dumps({"table": order}).encode()
+        return cmd.response(ResponseCode.SUCCESS, out, body)
+
+    def _unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        self.routes.unregister_broker(
+            f.get("clusterName", ""),
+            f.get("brokerAddr", ""),
+            f.get("brokerName", ""),
+            int(f.get("brokerId", "0") or 0),
+        )
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _query_data_version(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        addr = cmd.ext_fields.get("brokerAddr", "")
+        try:
+            theirs = json.loads(cmd.body) if cmd.body else None
+        except ValueError:
+            theirs = None
+        ours = self.routes.data_version_of(addr)
+        self.routes.touch(addr)
+        changed = ours is None or ours != theirs
+        return cmd.response(
+            ResponseCode.SUCCESS,
+            {"changed": "true" if changed else "false"},
+            json.dumps(ours).encode() if ours is not None else b"",
+        )
+
+    def _get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.ext_fields.get("topic", "")
+        route = self.routes.pickup_topic_route_data(topic)
+        if route is None:
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {topic}",
+            )
+        order = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
+        if order:
+            route["orderTopicConf"] = order
+        return cmd.response(ResponseCode.SUCCESS, body=_json(route))
+
+    def _cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=_json(self.routes.cluster_info()))
+
+    def _topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(
+            ResponseCode.SUCCESS, body=_json({"topicList": self.routes.all_topics()})
+        )
+
+    def _delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        self.routes.delete_topic(cmd.ext_fields.get("topic", ""))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _put_kv(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        f = cmd.ext_fields
+        if not f.get("namespace") or not f.get("key"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="namespace and key are required")
+        self.kv.setdefault(f["namespace"], {})[f["key"]] = f.get("value", "")
+        return self._persist_kv(cmd)
+
+    def _get_kv(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        value = self.kv.get(f.get("namespace", ""), {}).get(f.get("key", ""))
+        if value is None:
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                remark=f"No config item, Namespace: {f.get('namespace')} Key: {f.get('key')}",
+            )
+        return cmd.response(ResponseCode.SUCCESS, {"value": value})
+
+    def _delete_kv(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        f = cmd.ext_fields
+        table = self.kv.get(f.get("namespace", ""), {})
+        table.pop(f.get("key", ""), None)
+        return self._persist_kv(cmd)
+
+    async def _persist_kv(self, cmd: RemotingCommand) -> RemotingCommand:
+        if self.kv_config_path:
+            snapshot = {"configTable": {ns: dict(t) for ns, t in self.kv.items() if t}}
+            await asyncio.to_thread(write_json_atomic, self.kv_config_path, snapshot)
+        return cmd.response(ResponseCode.SUCCESS)
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _decode_register_body(body: bytes, compressed: bool) -> dict[str, Any]:
+    """REGISTER_BROKER body: RegisterBrokerBody JSON, or Java's compressed
+    form (zlib of: int32 len + DataVersion JSON, int32 topic count, per topic
+    int32 len + TopicConfig JSON, int32 len + filter server list JSON)."""
+    if not body:
+        return {}
+    if not compressed:
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    raw = zlib.decompress(body)
+    pos = 0
+
+    def chunk() -> bytes:
+        nonlocal pos
+        (n,) = struct.unpack_from(">i", raw, pos)
+        if n < 0 or pos + 4 + n > len(raw):
+            raise ValueError("length runs past the body")
+        pos += 4 + n
+        return raw[pos - n : pos]
+
+    version = json.loads(chunk())
+    (count,) = struct.unpack_from(">i", raw, pos)
+    pos += 4
+    table = {}
+    for _ in range(max(0, min(count, 1_000_000))):
+        tc = json.loads(chunk())
+        table[tc["topicName"]] = tc
+    return {
+        "topicConfigSerializeWrapper": {"topicConfigTable": table, "dataVersion": version},
+        "filterServerList": json.loads(chunk()) if pos < len(raw) else [],
+    }
+
+
+def default_kv_path() -> str:
+    return os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")
