@@ -20,7 +20,7 @@ async def sendfile_ranges(
     loop = asyncio.get_running_loop()
     fd = sock.fileno()
     total = 0
-    for offset, size in _coalesce(ranges):
+    for offset, size in coalesce_ranges(ranges):
         with core.pin(offset) as pin:
             sent = 0
             while sent < size:
@@ -32,7 +32,7 @@ async def sendfile_ranges(
     return total
 
 
-def _coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def coalesce_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for offset, size in ranges:
         if out and out[-1][0] + out[-1][1] == offset:

@@ -1,0 +1,302 @@
+"""Broker: wiring and lifecycle only (RocketMQ BrokerController)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.processor.admin import AdminBrokerProcessor
+from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
+from pyrmq.broker.processor.pull import PullMessageProcessor
+from pyrmq.broker.processor.send import SendMessageProcessor
+from pyrmq.broker.registration import BrokerOuterAPI
+from pyrmq.broker.schedule import ScheduleMessageService
+from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.common.errors import ClientError
+from pyrmq.remoting import RemotingClient, RemotingCommand, RemotingServer, RequestCode
+from pyrmq.remoting.connection import Connection
+from pyrmq.storage import MessageStore, MessageStoreConfig
+
+log = logging.getLogger("pyrmq.broker")
+
+
+class Broker:
+    """`async with Broker(broker_config, store_config) as broker:`. Listens on
+    broker_config.listen_port (0 = any free port; see `port`/`addr`)."""
+
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig) -> None:
+        self.config = config
+        self.store_config = store_config
+        self.server: RemotingServer | None = None
+        self.store: MessageStore | None = None
+        self.client = RemotingClient(name="broker-outer")
+        self.port = config.listen_port
+        self.ip = config.advertised_ip
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_soon = False
+        self._started_at = time.time()
+
+    @property
+    def addr(self) -> str:
+        """The address clients use (brokerIP1:listenPort)."""
+        return f"{self.ip}:{self.port}"
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def _prepare_commit_log_path(self) -> None:
+        root = self.store_config.store_path_root_dir
+        want = self.config.store_path_commit_log
+        default = os.path.join(root, "commitlog")
+        if not want or os.path.abspath(want) == os.path.abspath(default):
+            return
+        # storePathCommitLog elsewhere: the store opens <root>/commitlog, a
+        # link to the configured folder.
+        os.makedirs(want, exist_ok=True)
+        os.makedirs(root, exist_ok=True)
+        if os.path.islink(default):
+            if os.path.realpath(default) == os.path.realpath(want):
+                return
+            raise ClientError(
+                f"{default} links to {os.path.realpath(default)}, not storePathCommitLog={want}"
+            )
+        if os.path.exists(default):
+            raise ClientError(
+                f"storePathCommitLog={want} but {default} already holds a CommitLog; "
+                "move it there or drop storePathCommitLog"
+            )
+        os.symlink(os.path.abspath(want), default)
+
+    async def start(self) -> None:
+        cfg = self.config
+        sock = socket.create_server((cfg.listen_host, cfg.listen_port), backlog=1024)
+        try:
+            self.port = sock.getsockname()[1]
+            self._prepare_commit_log_path()
+            self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
+            await store.start()
+        except BaseException:
+            sock.close()
+            raise
+        root = self.store_config.store_path_root_dir
+        self.topics = TopicConfigManager(
+            root,
+            cluster_name=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name,
+            default_topic_queue_nums=cfg.default_topic_queue_nums,
+            auto_create_topic_enable=cfg.auto_create_topic_enable,
+            max_queue_nums=self.store_config.max_queue_nums,
+            on_change=self._topics_changed,
+            delay_levels=len(cfg.delay_levels_ms),
+        )
+        self.offsets = ConsumerOffsetManager(os.path.join(root, "config", "consumerOffset.json"))
+        channel_idle = cfg.client_channel_max_idle_time_ms / 1000
+        self.consumers = ConsumerManager(self._notify_consumer_ids_changed, channel_idle)
+        self.producers = ProducerManager(channel_idle)
+        self.locks = RebalanceLockManager(cfg.rebalance_lock_max_live_time_ms / 1000)
+        self.send_processor = SendMessageProcessor(
+            store,
+            self.topics,
+            delay_levels=len(cfg.delay_levels_ms),
+            max_reconsume_times=cfg.max_reconsume_times,
+            retry_queue_nums=cfg.retry_queue_nums,
+            max_message_size=self.store_config.max_message_size,
+            broker_permission=cfg.broker_permission,
+        )
+        self.pull_processor = PullMessageProcessor(
+            store,
+            self.topics,
+            self.consumers,
+            self.offsets,
+            long_polling_enable=cfg.long_polling_enable,
+            short_polling_time_ms=cfg.short_polling_time_mills,
+            sendfile_min_bytes=cfg.transfer_by_sendfile_min_bytes,
+            broker_permission=cfg.broker_permission,
+        )
+        cm = ConsumerManageProcessor(
+            store,
+            self.topics,
+            self.consumers,
+            self.producers,
+            self.offsets,
+            self.locks,
+            broker_name=cfg.broker_name,
+            retry_queue_nums=cfg.retry_queue_nums,
+        )
+        admin = AdminBrokerProcessor(
+            store, self.topics, self.offsets, runtime_info=self.runtime_info
+        )
+        self.schedule = ScheduleMessageService(
+            store,
+            cfg.delay_levels_ms,
+            root,
+            persist_interval=cfg.flush_delay_offset_interval / 1000,
+        )
+        server = self.server = RemotingServer(
+            cfg.listen_host, self.port, name="broker", channel_max_idle=channel_idle
+        )
+        sp = self.send_processor
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        ):
+            server.register(code, sp.process_send)
+        server.register(RequestCode.CONSUMER_SEND_MSG_BACK, sp.process_send_back)
+        server.register(RequestCode.PULL_MESSAGE, self.pull_processor.process)
+        server.register(RequestCode.HEART_BEAT, cm.heart_beat)
+        server.register(RequestCode.UNREGISTER_CLIENT, cm.unregister_client)
+        server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cm.consumer_list)
+        server.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_offset)
+        server.register(RequestCode.UPDATE_CONSUMER_OFFSET, cm.update_offset)
+        server.register(RequestCode.LOCK_BATCH_MQ, cm.lock_batch)
+        server.register(RequestCode.UNLOCK_BATCH_MQ, cm.unlock_batch)
+        server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, admin.update_and_create_topic)
+        server.register(RequestCode.DELETE_TOPIC_IN_BROKER, admin.delete_topic)
+        server.register(RequestCode.GET_ALL_TOPIC_CONFIG, admin.all_topic_config)
+        server.register(RequestCode.GET_MAX_OFFSET, admin.max_offset)
+        server.register(RequestCode.GET_MIN_OFFSET, admin.min_offset)
+        server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, admin.search_offset)
+        server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, admin.earliest_msg_store_time)
+        server.register(RequestCode.VIEW_MESSAGE_BY_ID, admin.view_message_by_id)
+        server.register(RequestCode.QUERY_MESSAGE, admin.query_message)
+        server.register(RequestCode.GET_BROKER_RUNTIME_INFO, admin.runtime_info)
+        server.add_close_listener(self._channel_closed)
+        self.outer = BrokerOuterAPI(
+            self.client,
+            cfg.namesrv_addrs,
+            cluster=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name,
+            broker_id=cfg.broker_id,
+            broker_addr=self.addr,
+            ha_server_addr=f"{self.ip}:{self.port + 1}",
+            topic_wrapper=self.topics.serialize_wrapper,
+        )
+        await self.schedule.start()
+        await server.start(sock=sock)
+        await self.topics.persist()
+        log.info(
+            "broker %s (%s) listening on %s:%d; clients use %s; store %s (%s)",
+            cfg.broker_name,
+            cfg.broker_cluster_name,
+            cfg.listen_host,
+            self.port,
+            self.addr,
+            os.path.abspath(root),
+            self.store_config.flush_disk_type.value,
+        )
+        if cfg.namesrv_addrs:
+            await self.outer.register_all()
+        else:
+            log.warning("no namesrvAddr configured: clients cannot find this broker by route")
+        self._tasks = [
+            asyncio.create_task(
+                self._every(cfg.register_name_server_period / 1000, self.outer.register_all),
+                name="pyrmq:broker:register",
+            ),
+            asyncio.create_task(
+                self._every(cfg.flush_consumer_offset_interval / 1000, self.offsets.persist),
+                name="pyrmq:broker:offsets",
+            ),
+            asyncio.create_task(
+                self._every(10.0, self._scan_clients), name="pyrmq:broker:scan-clients"
+            ),
+        ]
+
+    async def _every(self, interval: float, job: Any) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("broker: periodic job %s failed", getattr(job, "__name__", job))
+
+    async def _scan_clients(self) -> None:
+        self.consumers.scan_not_active()
+        self.producers.scan_not_active()
+
+    def _topics_changed(self) -> None:
+        """Persist the topic table and re-register at once (coalesced)."""
+        if self._register_soon:
+            return
+        self._register_soon = True
+
+        async def run() -> None:
+            await asyncio.sleep(0)
+            self._register_soon = False
+            await self.topics.persist()
+            if self.config.namesrv_addrs:
+                await self.outer.register_all()
+
+        task = asyncio.get_running_loop().create_task(run(), name="pyrmq:broker:topic-change")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    def _notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
+        for conn in channels:
+            if isinstance(conn, Connection) and conn.is_open:
+                conn.invoke_oneway(
+                    RemotingCommand(
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        {"consumerGroup": group},
+                        language="JAVA",
+                    )
+                )
+
+    def _channel_closed(self, conn: Connection) -> None:
+        self.pull_processor.channel_closed(conn)
+        self.consumers.channel_closed(conn)
+        self.producers.channel_closed(conn)
+
+    def runtime_info(self) -> dict[str, Any]:
+        store = self.store
+        assert store is not None
+        return {
+            "brokerVersionDesc": "pyrmq",
+            "bootTimestamp": int(self._started_at * 1000),
+            "commitLogMinOffset": store.commit_log_min_offset,
+            "commitLogMaxOffset": store.commit_log_max_offset,
+            "flushedOffset": store.flushed_offset,
+            "heldPulls": self.pull_processor.held_count,
+            "scheduleMessageDelivered": self.schedule.delivered,
+            "connections": len(self.server.connections) if self.server else 0,
+        }
+
+    async def shutdown(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.store is None:
+            return
+        if self.config.namesrv_addrs and hasattr(self, "outer"):
+            await self.outer.unregister_all()
+        if hasattr(self, "pull_processor"):
+            self.pull_processor.shutdown()
+        if self.server is not None:
+            await self.server.shutdown()
+        if hasattr(self, "schedule"):
+            await self.schedule.shutdown()
+        if hasattr(self, "offsets"):
+            self.offsets.persist_now()
+            self.topics.persist_now()
+        await self.client.shutdown()
+        await self.store.shutdown()
+        self.store = None
+        log.info("broker %s shut down", self.config.broker_name)

@@ -1,0 +1,163 @@
+"""BrokerConfig: the broker's settings, loadable from RocketMQ's broker.conf
+(Java camelCase keys). Store settings in the same file go to
+MessageStoreConfig.from_properties."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from pyrmq.common.config_file import read_properties
+from pyrmq.common.errors import ClientError
+from pyrmq.storage.config import MessageStoreConfig
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def parse_delay_levels(spec: str) -> tuple[int, ...]:
+    """messageDelayLevel ("1s 5s ... 2h") -> delays in ms, level 1 first."""
+    out = []
+    for item in spec.split():
+        unit = item[-1:]
+        if unit not in _UNITS or not item[:-1].isdigit():
+            raise ClientError(
+                f"messageDelayLevel item {item!r}: expected a number and one of s, m, h, d"
+            )
+        out.append(int(item[:-1]) * _UNITS[unit])
+    if not out:
+        raise ClientError("messageDelayLevel is empty")
+    return tuple(out)
+
+
+def local_ipv4() -> str:
+    """The address other hosts reach us at (RemotingUtil.getLocalAddress):
+    the source address of a route to the outside, else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Broker settings (RocketMQ BrokerConfig + NettyServerConfig)."""
+
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0
+    #: ";"-separated name server addresses
+    namesrv_addr: str = ""
+    #: the IPv4 address clients are told to use; default: this host's
+    broker_ip1: str = ""
+    listen_port: int = 10911
+    #: the address to listen on (pyrmq; Java listens on all addresses)
+    listen_host: str = "0.0.0.0"
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    broker_permission: int = 6
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    register_name_server_period: int = 30_000
+    flush_consumer_offset_interval: int = 5000
+    flush_delay_offset_interval: int = 10_000
+    client_channel_max_idle_time_ms: int = 120_000
+    rebalance_lock_max_live_time_ms: int = 60_000
+    #: retryMaxTimes of auto-created subscription groups
+    max_reconsume_times: int = 16
+    retry_queue_nums: int = 1
+    #: pull answers at least this large go by sendfile (smaller ones are
+    #: copied: one gathered copy beats per-range sendfile below ~16 KiB here)
+    transfer_by_sendfile_min_bytes: int = 16 * 1024
+    #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
+    store_path_commit_log: str = ""
+    store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise ClientError(f"listenPort {self.listen_port} is not a TCP port")
+        if self.broker_id < 0:
+            raise ClientError("brokerId must be >= 0")
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            raise ClientError("defaultTopicQueueNums must be within 1..1024")
+        parse_delay_levels(self.message_delay_level)
+        if self.broker_ip1:
+            try:
+                socket.inet_aton(self.broker_ip1)
+            except OSError:
+                raise ClientError(
+                    f"brokerIP1 {self.broker_ip1!r} must be a dotted IPv4 address "
+                    "(clients reach the broker by it; RocketMQ's C++ client needs IPv4)"
+                ) from None
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def advertised_ip(self) -> str:
+        if self.broker_ip1:
+            return self.broker_ip1
+        if self.listen_host not in ("", "0.0.0.0"):
+            return self.listen_host
+        return local_ipv4()
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> BrokerConfig:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        by_camel = {_camel(n): n for n in fields}
+        by_camel["brokerIP1"] = "broker_ip1"
+        kwargs: dict[str, Any] = {}
+        for key, raw in props.items():
+            name = key if key in fields else by_camel.get(key)
+            if name is None:
+                continue
+            t = str(fields[name].type)
+            try:
+                if t == "bool":
+                    kwargs[name] = raw if isinstance(raw, bool) else str(raw).lower() == "true"
+                elif t == "int":
+                    kwargs[name] = int(str(raw).strip())
+                else:
+                    kwargs[name] = str(raw).strip()
+            except ValueError:
+                raise ClientError(f"bad value for {key}: {raw!r} (expected {t})") from None
+        return cls(**kwargs)
+
+
+def load_broker_conf(
+    path: str | None, overrides: Mapping[str, Any] | None = None
+) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Both configs from a broker.conf (or defaults), then overrides."""
+    props: dict[str, Any] = dict(read_properties(path)) if path else {}
+    props.update(overrides or {})
+    known = {f.name for f in dataclasses.fields(BrokerConfig)} | {
+        f.name for f in dataclasses.fields(MessageStoreConfig)
+    }
+    known |= {_camel(n) for n in known} | {"brokerIP1", "brokerIP2"}
+    unknown = sorted(k for k in props if k not in known)
+    if unknown:
+        import logging
+
+        logging.getLogger("pyrmq.broker").warning(
+            "ignoring broker.conf keys pyrmq does not use: %s", ", ".join(unknown)
+        )
+    broker = BrokerConfig.from_properties(props)
+    store = MessageStoreConfig.from_properties(props)
+    return broker, store

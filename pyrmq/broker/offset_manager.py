@@ -1,0 +1,57 @@
+"""ConsumerOffsetManager: committed consume offsets per (topic, group,
+queue), persisted to <store>/config/consumerOffset.json every
+flushConsumerOffsetInterval and at shutdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyrmq.common.config_file import JsonStateFile
+
+
+class ConsumerOffsetManager:
+    """Offsets keyed "topic@group" -> {queue_id: offset}, as RocketMQ keeps
+    them (consumerOffset.json has the same shape)."""
+
+    def __init__(self, path: str) -> None:
+        self.table: dict[str, dict[int, int]] = {}
+        self._file = JsonStateFile(path, self._snapshot)
+        self.dirty = False
+        loaded = self._file.load()
+        if loaded:
+            for key, queues in (loaded.get("offsetTable") or {}).items():
+                self.table[key] = {int(q): int(o) for q, o in queues.items()}
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "offsetTable": {
+                k: {str(q): o for q, o in sorted(v.items())} for k, v in self.table.items()
+            }
+        }
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        queues = self.table.setdefault(f"{topic}@{group}", {})
+        if queues.get(queue_id) != offset:
+            queues[queue_id] = offset
+            self.dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1."""
+        return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def groups_of_topic(self, topic: str) -> list[str]:
+        return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
+
+    def remove_topic(self, topic: str) -> None:
+        for k in [k for k in self.table if k.split("@", 1)[0] == topic]:
+            del self.table[k]
+            self.dirty = True
+
+    async def persist(self) -> None:
+        if self.dirty:
+            self.dirty = False
+            await self._file.persist()
+
+    def persist_now(self) -> None:
+        self._file.persist_now()
+        self.dirty = False

@@ -1,0 +1,153 @@
+"""Topic administration, offset queries and message lookups
+(AdminBrokerProcessor + QueryMessageProcessor): UPDATE_AND_CREATE_TOPIC
+(17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
+SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
+GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
+GET_BROKER_RUNTIME_INFO (28)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.processor.consumer_manage import _field, _int_field
+from pyrmq.broker.topic_config import (
+    NOT_ALLOWED_SEND_TOPICS,
+    TBW102,
+    TopicConfig,
+    TopicConfigManager,
+)
+from pyrmq.common.errors import BrokerSystemError, MessageIllegalError, StoreError
+from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.connection import Connection
+from pyrmq.storage import MessageStore
+
+log = logging.getLogger("pyrmq.broker")
+
+
+class AdminBrokerProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        *,
+        runtime_info: Callable[[], dict[str, str]],
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self._runtime_info = runtime_info
+
+    def update_and_create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        topic = _field(cmd, "topic")
+        if topic in NOT_ALLOWED_SEND_TOPICS or (topic == TBW102 and f.get("force") != "true"):
+            raise MessageIllegalError(f"the topic[{topic}] is a system topic")
+        try:
+            tc = TopicConfig(
+                topic,
+                int(f.get("readQueueNums") or 16),
+                int(f.get("writeQueueNums") or 16),
+                int(f.get("perm") or 6),
+                f.get("topicFilterType") or "SINGLE_TAG",
+                int(f.get("topicSysFlag") or 0),
+                f.get("order") in ("true", "1"),
+            )
+        except ValueError as e:
+            raise MessageIllegalError(f"bad UPDATE_AND_CREATE_TOPIC header: {e}") from None
+        if tc.perm & ~15:
+            raise MessageIllegalError(f"perm {tc.perm} is not a combination of 8, 4, 2, 1")
+        self.topics.update(tc)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _field(cmd, "topic")
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise MessageIllegalError(f"the topic[{topic}] is a system topic")
+        self.topics.delete(topic)
+        self.offsets.remove_topic(topic)
+        # Blocks for the ConsumeQueue flush so the deletion survives a crash
+        # (an admin operation; sends and pulls wait for it).
+        self.store.delete_topic(topic)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = json.dumps(self.topics.serialize_wrapper()).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    def _topic_queue(self, cmd: RemotingCommand) -> tuple[str, int]:
+        return _field(cmd, "topic"), _int_field(cmd, "queueId")
+
+    def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, qid = self._topic_queue(cmd)
+        return cmd.response(
+            ResponseCode.SUCCESS, {"offset": str(self.store.max_offset_in_queue(topic, qid))}
+        )
+
+    def min_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, qid = self._topic_queue(cmd)
+        return cmd.response(
+            ResponseCode.SUCCESS, {"offset": str(self.store.min_offset_in_queue(topic, qid))}
+        )
+
+    def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, qid = self._topic_queue(cmd)
+        ts = _int_field(cmd, "timestamp")
+        return cmd.response(
+            ResponseCode.SUCCESS,
+            {"offset": str(self.store.offset_in_queue_by_time(topic, qid, ts))},
+        )
+
+    def earliest_msg_store_time(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic, qid = self._topic_queue(cmd)
+        ts = 0
+        lo = self.store.min_offset_in_queue(topic, qid)
+        r = self.store.get_message(topic, qid, lo, 1)
+        if r.ranges:
+            ts = self.store.look_message_by_offset(r.ranges[0][0])["store_timestamp"]
+        return cmd.response(ResponseCode.SUCCESS, {"timestamp": str(ts)})
+
+    def view_message_by_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        offset = _int_field(cmd, "offset")
+        try:
+            m = self.store.look_message_by_offset(offset)
+        except (StoreError, ValueError) as e:
+            raise BrokerSystemError(f"can not find message by the offset, {offset}: {e}") from None
+        body = self.store.read([(offset, m["store_size"])])
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        topic = _field(cmd, "topic")
+        key = _field(cmd, "key")
+        try:
+            max_num = int(f.get("maxNum") or 32)
+            begin = int(f.get("beginTimestamp") or 0)
+            end = int(f.get("endTimestamp") or 2**62)
+        except ValueError as e:
+            raise BrokerSystemError(f"bad QUERY_MESSAGE header: {e}") from None
+        if f.get("_UNIQUE_KEY_QUERY") == "true":
+            max_num = max(max_num, 32)
+        found = await self.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)
+        ext = {
+            "indexLastUpdateTimestamp": str(int(time.time() * 1000)),
+            "indexLastUpdatePhyoffset": str(self.store.commit_log_max_offset),
+        }
+        if not found:
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                ext,
+                remark=f"can not find message, maybe time range not correct: {topic} {key}",
+            )
+        body = self.store.read([(m["commit_log_offset"], m["store_size"]) for m in found])
+        return cmd.response(ResponseCode.SUCCESS, ext, body)
+
+    def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        table: dict[str, Any] = self._runtime_info()
+        body = json.dumps({"table": {k: str(v) for k, v in table.items()}}).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)

@@ -1,0 +1,163 @@
+"""Client-facing group management: HEART_BEAT (34), UNREGISTER_CLIENT (35),
+GET_CONSUMER_LIST_BY_GROUP (38), QUERY_CONSUMER_OFFSET (14),
+UPDATE_CONSUMER_OFFSET (15), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42)
+(ClientManageProcessor + ConsumerManageProcessor)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
+from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
+from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
+from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.connection import Connection
+from pyrmq.storage import MessageStore
+
+log = logging.getLogger("pyrmq.broker")
+
+
+def _json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(cmd.body) if cmd.body else {}
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MessageIllegalError(f"{what} body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise MessageIllegalError(f"{what} body is not a JSON object")
+    return data
+
+
+def _field(cmd: RemotingCommand, key: str) -> str:
+    v = cmd.ext_fields.get(key)
+    if v is None or v == "":
+        raise BrokerSystemError(f"request code {cmd.code} lacks header field {key}")
+    return v
+
+
+def _int_field(cmd: RemotingCommand, key: str) -> int:
+    v = _field(cmd, key)
+    try:
+        return int(v)
+    except ValueError:
+        raise BrokerSystemError(f"header field {key}={v!r} is not an integer") from None
+
+
+class ConsumerManageProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        consumers: ConsumerManager,
+        producers: ProducerManager,
+        offsets: ConsumerOffsetManager,
+        locks: RebalanceLockManager,
+        *,
+        broker_name: str,
+        retry_queue_nums: int = 1,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.consumers = consumers
+        self.producers = producers
+        self.offsets = offsets
+        self.locks = locks
+        self.broker_name = broker_name
+        self.retry_queue_nums = retry_queue_nums
+
+    def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd, "HEART_BEAT")
+        client_id = str(data.get("clientID") or "")
+        if not client_id:
+            raise MessageIllegalError("HEART_BEAT body lacks clientID")
+        conn.attrs["client_id"] = client_id
+        conn.attrs["language"] = cmd.language
+        for c in data.get("consumerDataSet") or []:
+            if not isinstance(c, dict) or not c.get("groupName"):
+                continue
+            info = self.consumers.register(conn, client_id, cmd.language, cmd.version, c)
+            if info.message_model == "CLUSTERING" and self.retry_queue_nums > 0:
+                self.topics.create_system_group_topic(
+                    retry_topic(info.group), self.retry_queue_nums, PERM_READ | PERM_WRITE
+                )
+        for p in data.get("producerDataSet") or []:
+            if isinstance(p, dict) and p.get("groupName"):
+                self.producers.register(
+                    conn, client_id, cmd.language, cmd.version, str(p["groupName"])
+                )
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        if f.get("producerGroup"):
+            self.producers.unregister(conn, f["producerGroup"])
+        if f.get("consumerGroup"):
+            self.consumers.unregister(conn, f["consumerGroup"])
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "consumerGroup")
+        info = self.consumers.groups.get(group)
+        if info is None or not info.channels:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group}"
+            )
+        body = json.dumps({"consumerIdList": info.client_ids()}).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "consumerGroup")
+        topic = _field(cmd, "topic")
+        queue_id = _int_field(cmd, "queueId")
+        offset = self.offsets.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return cmd.response(ResponseCode.SUCCESS, {"offset": str(offset)})
+        # A new group on a queue whose first message is still stored starts
+        # at 0, as Java's broker answers while offset 0 is in memory: a new
+        # consumer of a fresh topic sees its first messages. Otherwise
+        # QUERY_NOT_FOUND sends the client to its consumeFromWhere.
+        if self.store.min_offset_in_queue(topic, queue_id) <= 0:
+            return cmd.response(ResponseCode.SUCCESS, {"offset": "0"})
+        return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe")
+
+    def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "consumerGroup")
+        topic = _field(cmd, "topic")
+        queue_id = _int_field(cmd, "queueId")
+        offset = _int_field(cmd, "commitOffset")
+        if offset < 0:
+            raise BrokerSystemError(f"commitOffset {offset} is negative")
+        self.offsets.commit_offset(group, topic, queue_id, offset)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _mq_set(self, data: dict[str, Any]) -> list[tuple[str, str, int]]:
+        out = []
+        for mq in data.get("mqSet") or []:
+            try:
+                out.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
+            except (KeyError, TypeError, ValueError):
+                raise MessageIllegalError(f"bad message queue in mqSet: {mq!r}") from None
+        return out
+
+    def lock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd, "LOCK_BATCH_MQ")
+        group = str(data.get("consumerGroup") or "")
+        client_id = str(data.get("clientId") or "")
+        if not group or not client_id:
+            raise MessageIllegalError("LOCK_BATCH_MQ body needs consumerGroup and clientId")
+        granted = self.locks.try_lock_batch(group, self._mq_set(data), client_id)
+        body = json.dumps(
+            {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in granted]}
+        ).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    def unlock_batch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd, "UNLOCK_BATCH_MQ")
+        self.locks.unlock_batch(
+            str(data.get("consumerGroup") or ""),
+            self._mq_set(data),
+            str(data.get("clientId") or ""),
+        )
+        return cmd.response(ResponseCode.SUCCESS)

@@ -1,0 +1,262 @@
+"""PULL_MESSAGE (11): PullMessageProcessor and PullRequestHoldService.
+
+A pull that finds nothing and may be suspended (sysFlag bit 1) is held until
+a message is dispatched to its queue (the store's arrival listener wakes it
+at once) or suspendTimeoutMillis passes; then it is answered like a fresh
+pull. Bodies of at least transfer_by_sendfile_min_bytes go to the socket by
+sendfile from the pinned CommitLog segments; smaller ones are gathered into
+one copy (measured: per-range sendfile of small records is slower)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+from pyrmq.broker.client_manager import ConsumerManager, SubscriptionData
+from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.common.errors import (
+    BrokerSystemError,
+    NoPermissionError,
+    SubscriptionNotExistError,
+    TopicNotExistError,
+)
+from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.connection import Connection, FileRanges
+from pyrmq.storage import MessageStore
+from pyrmq.storage.zero_copy import coalesce_ranges
+
+log = logging.getLogger("pyrmq.broker")
+
+FLAG_COMMIT_OFFSET = 1
+FLAG_SUSPEND = 2
+FLAG_SUBSCRIPTION = 4
+#: longest hold, whatever the client asks: its own async pull timeout is 30 s
+MAX_SUSPEND_MS = 20_000
+
+_CODE_OF_STATUS = {
+    "FOUND": ResponseCode.SUCCESS,
+    "MESSAGE_WAS_REMOVING": ResponseCode.PULL_RETRY_IMMEDIATELY,
+    "NO_MATCHED_MESSAGE": ResponseCode.PULL_RETRY_IMMEDIATELY,
+    "OFFSET_FOUND_NULL": ResponseCode.PULL_NOT_FOUND,
+    "OFFSET_OVERFLOW_BADLY": ResponseCode.PULL_OFFSET_MOVED,
+    "OFFSET_OVERFLOW_ONE": ResponseCode.PULL_NOT_FOUND,
+    "OFFSET_TOO_SMALL": ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+@dataclasses.dataclass(slots=True)
+class PullRequest:
+    """One held pull (RocketMQ PullRequest of the hold service)."""
+
+    conn: Connection
+    cmd: RemotingCommand
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    codes: frozenset[int]
+    deadline: float
+    timer: asyncio.TimerHandle | None = None
+    done: bool = False
+
+
+class PullMessageProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        consumers: ConsumerManager,
+        offsets: ConsumerOffsetManager,
+        *,
+        long_polling_enable: bool = True,
+        short_polling_time_ms: int = 1000,
+        sendfile_min_bytes: int = 16 * 1024,
+        broker_permission: int = 6,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.consumers = consumers
+        self.offsets = offsets
+        self.long_polling_enable = long_polling_enable
+        self.short_polling_time_ms = short_polling_time_ms
+        self.sendfile_min_bytes = sendfile_min_bytes
+        self.broker_permission = broker_permission
+        self._clock = clock
+        #: (topic, queue_id) -> held pulls
+        self._held: dict[tuple[str, int], list[PullRequest]] = {}
+        self._to_wake: set[tuple[str, int]] = set()
+        self._wake_scheduled = False
+        store.add_arrival_listener(self.notify_message_arriving)
+
+    # -- the request ------------------------------------------------------------
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> None:
+        f = cmd.ext_fields
+        try:
+            group = f["consumerGroup"]
+            topic = f["topic"]
+            queue_id = int(f["queueId"])
+            offset = int(f["queueOffset"])
+            max_msgs = int(f.get("maxMsgNums") or 32)
+            sysflag = int(f.get("sysFlag") or 0)
+            suspend_ms = int(f.get("suspendTimeoutMillis") or 0)
+        except (KeyError, ValueError) as e:
+            raise BrokerSystemError(f"bad PULL_MESSAGE header: {e!r}") from None
+        if not self.broker_permission & 4:
+            raise NoPermissionError("the broker does not allow reads now")
+        tc = self.topics.get(topic)
+        if tc is None:
+            raise TopicNotExistError(f"topic[{topic}] not exist, apply first please!")
+        if not tc.readable:
+            raise NoPermissionError(f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= queue_id < tc.read_queue_nums:
+            raise BrokerSystemError(
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{tc.read_queue_nums}]"
+            )
+        if sysflag & FLAG_SUBSCRIPTION:
+            sub = SubscriptionData.parse(topic, f.get("subscription"))
+        else:
+            found = self.consumers.find_subscription(group, topic)
+            if found is None:
+                raise SubscriptionNotExistError(
+                    f"the consumer's subscription not exist, group: {group} topic: {topic}"
+                )
+            sub = found
+        if sysflag & FLAG_COMMIT_OFFSET:
+            commit = int(f.get("commitOffset") or -1)
+            if commit >= 0:
+                self.offsets.commit_offset(group, topic, queue_id, commit)
+        max_msgs = max(1, min(max_msgs, 1024))
+        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, 0.0)
+        if self._answer(req, final=not sysflag & FLAG_SUSPEND):
+            return
+        # Nothing there: hold it (long polling) or, with long polling off,
+        # look again after shortPollingTimeMills.
+        wait_ms = suspend_ms if self.long_polling_enable else self.short_polling_time_ms
+        wait = max(0, min(wait_ms, MAX_SUSPEND_MS)) / 1000
+        self._hold(req, wait)
+
+    def _answer(self, req: PullRequest, final: bool) -> bool:
+        """Answer req if there is something to say; False means "nothing
+        yet" (only when not final)."""
+        store = self.store
+        r = store.get_message(req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None)
+        status = r.status
+        code = _CODE_OF_STATUS.get(status)
+        if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if req.offset else ResponseCode.PULL_NOT_FOUND
+        if code == ResponseCode.PULL_NOT_FOUND and not final:
+            return False
+        ext = {
+            "nextBeginOffset": str(r.next_begin_offset),
+            "minOffset": str(r.min_offset),
+            "maxOffset": str(r.max_offset),
+            "suggestWhichBrokerId": "0",
+        }
+        conn, cmd = req.conn, req.cmd
+        if code != ResponseCode.SUCCESS:
+            conn.send(cmd.response(code, ext, remark=status))
+            return True
+        resp = cmd.response(ResponseCode.SUCCESS, ext)
+        total = r.total_bytes
+        if total >= self.sendfile_min_bytes and conn.attrs.get("sendfile", True):
+            ranges = coalesce_ranges(r.ranges)
+            items = []
+            try:
+                for off, size in ranges:
+                    items.append((store.pin(off), off, size))
+            except Exception:
+                for pin, _, _ in items:
+                    pin.release()
+                raise
+            conn.send_with_file_body(resp.encode_prefix(total), FileRanges(items))
+        else:
+            resp.body = store.read(r.ranges)
+            conn.send(resp)
+        return True
+
+    # -- PullRequestHoldService --------------------------------------------------
+
+    def _hold(self, req: PullRequest, wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        req.deadline = self._clock() + wait
+        key = (req.topic, req.queue_id)
+        self._held.setdefault(key, []).append(req)
+        req.timer = loop.call_later(wait, self._expire, req)
+        conn_reqs = req.conn.attrs.setdefault("held_pulls", set())
+        conn_reqs.add(id(req))
+
+    def _release(self, req: PullRequest) -> None:
+        req.done = True
+        if req.timer is not None:
+            req.timer.cancel()
+        key = (req.topic, req.queue_id)
+        held = self._held.get(key)
+        if held is not None:
+            with contextlib.suppress(ValueError):
+                held.remove(req)
+            if not held:
+                del self._held[key]
+        req.conn.attrs.get("held_pulls", set()).discard(id(req))
+
+    def _expire(self, req: PullRequest) -> None:
+        if req.done:
+            return
+        self._release(req)
+        if req.conn.is_open:
+            try:
+                self._answer(req, final=True)
+            except Exception:
+                log.exception("answering a held pull failed")
+
+    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store arrival listener: wake pulls held on (topic, queue_id)
+        once this burst of puts is done (one wake-up per queue per burst)."""
+        key = (topic, queue_id)
+        if key not in self._held:
+            return
+        self._to_wake.add(key)
+        if not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        keys, self._to_wake = self._to_wake, set()
+        for key in keys:
+            for req in list(self._held.get(key, ())):
+                if req.done:
+                    continue
+                if not req.conn.is_open:
+                    self._release(req)
+                    continue
+                try:
+                    if self._answer(req, final=False):
+                        self._release(req)
+                except Exception:
+                    self._release(req)
+                    log.exception("answering a woken pull failed")
+
+    def channel_closed(self, conn: Connection) -> None:
+        if not conn.attrs.get("held_pulls"):
+            return
+        for key in list(self._held):
+            for req in list(self._held.get(key, ())):
+                if req.conn is conn:
+                    self._release(req)
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(v) for v in self._held.values())
+
+    def shutdown(self) -> None:
+        for key in list(self._held):
+            for req in list(self._held.get(key, ())):
+                self._release(req)

@@ -1,0 +1,346 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36): SendMessageProcessor.
+
+A batch is code 320, or code 10/310 with batch "1"/"true" (the C++ client
+sends its batches that way; Java's broker misreads "1" and stores one
+garbled message, we store the batch). A compressed batch (sysFlag bit 0) is
+inflated before it is split; single messages are stored as received,
+compressed or not, with the flag kept."""
+
+from __future__ import annotations
+
+import logging
+import random
+import zlib
+
+import rmqcore
+from pyrmq.broker.topic_config import (
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+    TopicConfigManager,
+    dlq_topic,
+    retry_topic,
+)
+from pyrmq.common.errors import (
+    BrokerSystemError,
+    DiskFullError,
+    IllegalMessageError,
+    MessageIllegalError,
+    NoPermissionError,
+    ServiceNotAvailableError,
+    StoreError,
+)
+from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.connection import Connection, HandlerResult
+from pyrmq.storage import MessageStore
+from pyrmq.storage.message_store import PutMessageStatus, encode_host
+
+log = logging.getLogger("pyrmq.broker")
+
+#: SEND_MESSAGE_V2's one-letter header keys -> SEND_MESSAGE's names
+V2_FIELDS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+_TRUE = ("1", "true", "True", "TRUE")
+SYSFLAG_COMPRESSED = rmqcore.SYSFLAG_COMPRESSED
+_TX_MASK = 0xC
+
+
+def _int(fields: dict[str, str], key: str, default: int | None = None) -> int:
+    raw = fields.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise MessageIllegalError(f"the request header lacks {key}")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise MessageIllegalError(f"header field {key}={raw!r} is not an integer") from None
+
+
+def born_host_of(conn: Connection) -> bytes:
+    """The client's address as stored in BORNHOST (cached per connection)."""
+    bh = conn.attrs.get("born_host")
+    if bh is None:
+        host, _, port = conn.peer.rpartition(":")
+        try:
+            bh = encode_host(host, int(port))
+        except ValueError:
+            bh = encode_host("0.0.0.0", 0)
+        conn.attrs["born_host"] = bh
+    return bh
+
+
+class SendMessageProcessor:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        *,
+        delay_levels: int,
+        max_reconsume_times: int,
+        retry_queue_nums: int,
+        max_message_size: int,
+        broker_permission: int,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.delay_levels = delay_levels
+        self.max_reconsume_times = max_reconsume_times
+        self.retry_queue_nums = retry_queue_nums
+        self.max_message_size = max_message_size
+        self.broker_permission = broker_permission
+        self._sync = store.config.flush_disk_type.value == "SYNC_FLUSH"
+
+    # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
+
+    def process_send(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        f = cmd.ext_fields
+        if cmd.code != RequestCode.SEND_MESSAGE:
+            f = {V2_FIELDS.get(k, k): v for k, v in f.items()}
+        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch") in _TRUE
+        if not self.broker_permission & PERM_WRITE:
+            raise NoPermissionError("the broker does not allow writes now")
+        topic = f.get("topic")
+        if not topic:
+            raise MessageIllegalError("the request header lacks topic")
+        tc = self._topic_for_send(topic, f)
+        queue_id = _int(f, "queueId", -1)
+        if queue_id < 0:
+            queue_id = random.randrange(tc.write_queue_nums or 1)
+        elif queue_id >= tc.queue_nums:
+            raise BrokerSystemError(
+                f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues"
+            )
+        sysflag = _int(f, "sysFlag", 0)
+        born_ts = _int(f, "bornTimestamp", 0)
+        props = f.get("properties", "")
+        body = cmd.body
+        if len(body) > self.max_message_size and not batch:
+            raise MessageIllegalError(
+                f"message body size {len(body)} exceeds maxMessageSize {self.max_message_size}"
+            )
+        try:
+            if batch:
+                return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, f)
+            reconsume = _int(f, "reconsumeTimes", 0)
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
+                if reconsume >= max_times:
+                    group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+                    dlq = self._ensure_dlq(group)
+                    topic, queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
+            if "DELAY\x01" in props and not sysflag & _TX_MASK:
+                topic, queue_id, props = self._scheduled(topic, queue_id, props)
+            r = self.store.put_message_nowait(
+                topic,
+                queue_id,
+                body,
+                props,
+                flag=_int(f, "flag", 0),
+                sysflag=sysflag,
+                born_timestamp=born_ts,
+                born_host=born_host_of(conn),
+                reconsume_times=reconsume,
+            )
+        except IllegalMessageError as e:
+            raise MessageIllegalError(str(e)) from None
+        except DiskFullError as e:
+            raise ServiceNotAvailableError(
+                f"service not available now, maybe disk full: {e}; free space or let "
+                "retention delete expired files"
+            ) from None
+        except StoreError as e:
+            raise BrokerSystemError(f"store error: {e}") from None
+        ext = {
+            "msgId": r.msg_id,
+            "queueId": str(queue_id),
+            "queueOffset": str(r.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if self._sync and "WAIT\x01false" not in props:
+            return self._after_durable(cmd, r, ext)
+        return cmd.response(ResponseCode.SUCCESS, ext)
+
+    async def _after_durable(
+        self, cmd: RemotingCommand, r: rmqcore.AppendResult, ext: dict[str, str]
+    ) -> RemotingCommand:
+        res = await self.store._durable(r)
+        if res.status is PutMessageStatus.PUT_OK:
+            return cmd.response(ResponseCode.SUCCESS, ext)
+        return cmd.response(
+            ResponseCode.FLUSH_DISK_TIMEOUT, ext, remark="the flush to disk timed out"
+        )
+
+    def _topic_for_send(self, topic: str, f: dict[str, str]) -> TopicConfig:
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise NoPermissionError(f"sending message to topic[{topic}] is forbidden")
+        tc = self.topics.get(topic)
+        if tc is None:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = self.topics.create_system_group_topic(
+                    topic, self.retry_queue_nums, PERM_READ | PERM_WRITE
+                )
+            else:
+                tc = self.topics.create_in_send(
+                    topic, f.get("defaultTopic", "TBW102"), _int(f, "defaultTopicQueueNums", 4)
+                )
+        if not tc.writable:
+            raise NoPermissionError(f"the topic[{topic}] sending message is forbidden")
+        return tc
+
+    def _send_batch(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        sysflag: int,
+        born_ts: int,
+        props: str,
+        f: dict[str, str],
+    ) -> HandlerResult:
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MessageIllegalError("batch request does not support retry group topic")
+        if "DELAY\x01" in props:
+            raise MessageIllegalError("batch messages cannot have a delay level")
+        if sysflag & _TX_MASK:
+            raise MessageIllegalError("batch messages cannot be transactional")
+        body = cmd.body
+        if sysflag & SYSFLAG_COMPRESSED:
+            try:
+                d = zlib.decompressobj()
+                body = d.decompress(body, self.max_message_size * 4 + 1)
+                if d.unconsumed_tail or len(body) > self.max_message_size * 4:
+                    raise MessageIllegalError("the inflated batch is too large")
+            except zlib.error as e:
+                raise MessageIllegalError(f"compressed batch body does not inflate: {e}") from None
+            sysflag &= ~SYSFLAG_COMPRESSED
+        r = self.store.put_messages_nowait(
+            topic,
+            queue_id,
+            body,
+            sysflag=sysflag,
+            born_timestamp=born_ts,
+            born_host=born_host_of(conn),
+        )
+        ids = self._batch_msg_ids(r)
+        ext = {
+            "msgId": ",".join(ids),
+            "queueId": str(queue_id),
+            "queueOffset": str(r.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if self._sync and "WAIT\x01false" not in props:
+            return self._after_durable(cmd, r, ext)
+        return cmd.response(ResponseCode.SUCCESS, ext)
+
+    def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
+        raw = self.store.read([(r.phys_offset, r.wrote_bytes)])
+        host = r.store_host
+        return [
+            rmqcore.offset_msg_id(host, r.phys_offset + pos)
+            for pos, _ in rmqcore.iter_records(raw, 0, False)
+        ]
+
+    def _scheduled(self, topic: str, queue_id: int, props: str) -> tuple[str, int, str]:
+        """Divert a DELAY message to SCHEDULE_TOPIC_XXXX (queue level - 1)."""
+        p = rmqcore.decode_properties(props)
+        try:
+            level = int(p.get("DELAY", "0"))
+        except ValueError:
+            raise MessageIllegalError(f"DELAY property {p.get('DELAY')!r} is not a level") from None
+        if level <= 0:
+            return topic, queue_id, props
+        level = min(level, self.delay_levels)
+        p["REAL_TOPIC"] = topic
+        p["REAL_QID"] = str(queue_id)
+        return SCHEDULE_TOPIC, level - 1, rmqcore.encode_properties(p).decode()
+
+    def _ensure_dlq(self, group: str) -> TopicConfig:
+        return self.topics.create_system_group_topic(dlq_topic(group), 1, PERM_READ | PERM_WRITE)
+
+    # -- CONSUMER_SEND_MSG_BACK -------------------------------------------------
+
+    def process_send_back(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        """Put a message a consumer failed on into %RETRY%<group> (through
+        the delay levels) or, after maxReconsumeTimes, into %DLQ%<group>."""
+        f = cmd.ext_fields
+        group = f.get("group", "")
+        if not group:
+            raise MessageIllegalError("CONSUMER_SEND_MSG_BACK lacks group")
+        offset = _int(f, "offset")
+        delay_level = _int(f, "delayLevel", 0)
+        max_times = self.max_reconsume_times
+        if cmd.version >= 121 and f.get("maxReconsumeTimes"):
+            max_times = _int(f, "maxReconsumeTimes")
+        if self.retry_queue_nums <= 0:
+            return cmd.response(ResponseCode.SUCCESS)
+        rtopic = self.topics.create_system_group_topic(
+            retry_topic(group), self.retry_queue_nums, PERM_READ | PERM_WRITE
+        )
+        try:
+            msg = self.store.look_message_by_offset(offset)
+        except (StoreError, ValueError):
+            raise BrokerSystemError(f"look message by offset failed, {offset}") from None
+        props = rmqcore.decode_properties(msg["properties"])
+        if "RETRY_TOPIC" not in props:
+            props["RETRY_TOPIC"] = msg["topic"]
+        props["WAIT"] = "false"
+        reconsume = msg["reconsume_times"]
+        if reconsume >= max_times or delay_level < 0:
+            tc = self._ensure_dlq(group)
+            topic, queue_id, level = tc.topic_name, 0, 0
+        else:
+            topic, queue_id = rtopic.topic_name, random.randrange(rtopic.write_queue_nums or 1)
+            level = delay_level if delay_level > 0 else 3 + reconsume
+        if "ORIGIN_MESSAGE_ID" not in props:
+            props["ORIGIN_MESSAGE_ID"] = props.get("UNIQ_KEY") or rmqcore.offset_msg_id(
+                msg["store_host"], msg["commit_log_offset"]
+            )
+        props.pop("DELAY", None)
+        if level > 0:
+            level = min(level, self.delay_levels)
+            props["DELAY"] = str(level)
+            props["REAL_TOPIC"] = topic
+            props["REAL_QID"] = str(queue_id)
+            topic, queue_id = SCHEDULE_TOPIC, level - 1
+        try:
+            self.store.put_message_nowait(
+                topic,
+                queue_id,
+                msg["body"],
+                rmqcore.encode_properties(props),
+                flag=msg["flag"],
+                sysflag=msg["sys_flag"],
+                born_timestamp=msg["born_timestamp"],
+                born_host=msg["born_host"],
+                reconsume_times=reconsume + 1,
+            )
+        except DiskFullError as e:
+            raise ServiceNotAvailableError(
+                f"service not available now, maybe disk full: {e}"
+            ) from None
+        except StoreError as e:
+            raise BrokerSystemError(f"store error: {e}") from None
+        return cmd.response(ResponseCode.SUCCESS)

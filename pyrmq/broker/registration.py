@@ -1,0 +1,86 @@
+"""Registration with the name servers (BrokerOuterAPI): REGISTER_BROKER to
+every name server at start, every registerNameServerPeriod, and right after
+a topic changes; UNREGISTER_BROKER at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger("pyrmq.broker")
+
+
+class BrokerOuterAPI:
+    def __init__(
+        self,
+        client: RemotingClient,
+        namesrv_addrs: list[str],
+        *,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        broker_addr: str,
+        ha_server_addr: str,
+        topic_wrapper: Callable[[], dict[str, Any]],
+        timeout: float = 6.0,
+    ) -> None:
+        self.client = client
+        self.namesrv_addrs = namesrv_addrs
+        self._fields = {
+            "brokerName": broker_name,
+            "brokerAddr": broker_addr,
+            "clusterName": cluster,
+            "haServerAddr": ha_server_addr,
+            "brokerId": str(broker_id),
+        }
+        self._topic_wrapper = topic_wrapper
+        self.timeout = timeout
+        self.registered: dict[str, bool] = {}
+
+    async def register_all(self) -> int:
+        """REGISTER_BROKER to every name server; returns how many accepted."""
+        body = json.dumps(
+            {"topicConfigSerializeWrapper": self._topic_wrapper(), "filterServerList": []},
+            separators=(",", ":"),
+        ).encode()
+        fields = dict(
+            self._fields, compressed="false", bodyCrc32=str(zlib.crc32(body) & 0x7FFFFFFF)
+        )
+        results = await asyncio.gather(
+            *(self._register_one(a, fields, body) for a in self.namesrv_addrs),
+            return_exceptions=True,
+        )
+        return sum(1 for r in results if r is True)
+
+    async def _register_one(self, addr: str, fields: dict[str, str], body: bytes) -> bool:
+        cmd = RemotingCommand(RequestCode.REGISTER_BROKER, dict(fields), body)
+        try:
+            resp = await self.client.invoke(addr, cmd, self.timeout)
+        except Exception as e:
+            if self.registered.get(addr, True):
+                log.warning("registering with name server %s failed: %s", addr, e)
+            self.registered[addr] = False
+            return False
+        ok = resp.code == ResponseCode.SUCCESS
+        if not ok:
+            log.warning("name server %s refused registration: %s", addr, resp.remark)
+        elif not self.registered.get(addr):
+            log.info("registered with name server %s", addr)
+        self.registered[addr] = ok
+        return ok
+
+    async def unregister_all(self) -> None:
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, dict(self._fields))
+            try:
+                await self.client.invoke(addr, cmd, 3.0)
+            except Exception as e:
+                log.info("unregistering from %s failed: %s", addr, e)
+
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))

@@ -1,0 +1,259 @@
+"""TopicConfig and TopicConfigManager: the broker's topics, persisted in
+<store>/config/topics.json in RocketMQ's layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import rmqcore
+from pyrmq.common.config_file import JsonStateFile
+from pyrmq.common.errors import MessageIllegalError, TopicNotExistError
+
+log = logging.getLogger("pyrmq.broker")
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+TBW102 = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: topics producers may not send to (Java TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+@dataclasses.dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def queue_nums(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": self.topic_filter_type,
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TopicConfig:
+        return cls(
+            str(d["topicName"]),
+            int(d.get("readQueueNums", 16)),
+            int(d.get("writeQueueNums", 16)),
+            int(d.get("perm", 6)),
+            str(d.get("topicFilterType", "SINGLE_TAG")),
+            int(d.get("topicSysFlag", 0) or 0),
+            bool(d.get("order", False)),
+        )
+
+
+def check_topic_name(topic: str) -> None:
+    """MESSAGE_ILLEGAL-style error for a name RocketMQ refuses."""
+    try:
+        rmqcore.validate_topic(topic)
+    except ValueError as e:
+        raise MessageIllegalError(str(e)) from None
+
+
+class TopicConfigManager:
+    """The topic table (TopicConfigManager). `on_change` is called after a
+    topic is created, updated or deleted (the broker re-registers)."""
+
+    def __init__(
+        self,
+        store_root: str,
+        *,
+        cluster_name: str,
+        broker_name: str,
+        default_topic_queue_nums: int,
+        auto_create_topic_enable: bool,
+        max_queue_nums: int,
+        on_change: Callable[[], None] | None = None,
+        delay_levels: int = 18,
+    ) -> None:
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
+        self._file = JsonStateFile(
+            os.path.join(store_root, "config", "topics.json"), self._snapshot
+        )
+        self._on_change = on_change
+        self.max_queue_nums = max_queue_nums
+        loaded = self._file.load()
+        if loaded:
+            for name, d in (loaded.get("topicConfigTable") or {}).items():
+                self.table[name] = TopicConfig.from_json({"topicName": name, **d})
+            dv = loaded.get("dataVersion")
+            if isinstance(dv, dict):
+                self.data_version = {
+                    "timestamp": int(dv.get("timestamp", 0)),
+                    "counter": int(dv.get("counter", 0)),
+                }
+        # System topics (BrokerController / TopicConfigManager constructor).
+        self._system(SELF_TEST_TOPIC, 1, 1)
+        if auto_create_topic_enable:
+            self._system(
+                TBW102,
+                default_topic_queue_nums,
+                default_topic_queue_nums,
+                PERM_READ | PERM_WRITE | PERM_INHERIT,
+            )
+        else:
+            self.table.pop(TBW102, None)
+        self._system(BENCHMARK_TOPIC, min(1024, max_queue_nums), min(1024, max_queue_nums))
+        self._system(cluster_name, 16, 16, PERM_INHERIT)
+        self._system(broker_name, 1, 1)
+        self._system(OFFSET_MOVED_EVENT, 1, 1)
+        self._system(SCHEDULE_TOPIC, delay_levels, delay_levels)
+
+    def _system(self, name: str, r: int, w: int, perm: int = PERM_READ | PERM_WRITE) -> None:
+        if name not in self.table:
+            self.table[name] = TopicConfig(name, r, w, perm, topic_sys_flag=0)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "dataVersion": dict(self.data_version),
+            "topicConfigTable": {n: tc.as_json() for n, tc in self.table.items()},
+        }
+
+    def _changed(self) -> None:
+        self.data_version = {
+            "timestamp": int(time.time() * 1000),
+            "counter": self.data_version["counter"] + 1,
+        }
+        if self._on_change is not None:
+            self._on_change()
+
+    async def persist(self) -> None:
+        await self._file.persist()
+
+    def persist_now(self) -> None:
+        self._file.persist_now()
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def serialize_wrapper(self) -> dict[str, Any]:
+        """TopicConfigSerializeWrapper (REGISTER_BROKER, GET_ALL_TOPIC_CONFIG)."""
+        return self._snapshot()
+
+    def _check_queues(self, r: int, w: int) -> None:
+        for n, what in ((r, "readQueueNums"), (w, "writeQueueNums")):
+            if not 0 <= n <= self.max_queue_nums:
+                raise MessageIllegalError(f"{what}={n} must be within 0..{self.max_queue_nums}")
+
+    def update(self, tc: TopicConfig) -> TopicConfig:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
+        check_topic_name(tc.topic_name)
+        self._check_queues(tc.read_queue_nums, tc.write_queue_nums)
+        old = self.table.get(tc.topic_name)
+        self.table[tc.topic_name] = tc
+        log.info("topic %s %s: %s", tc.topic_name, "updated" if old else "created", tc.as_json())
+        self._changed()
+        return tc
+
+    def create_in_send(
+        self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig:
+        """Auto-create topic from its default (TBW102) template, or raise
+        TopicNotExistError (createTopicInSendMessageMethod)."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc
+        check_topic_name(topic)
+        tmpl = self.table.get(default_topic or TBW102)
+        if tmpl is None or not tmpl.perm & PERM_INHERIT:
+            raise TopicNotExistError(
+                f"topic[{topic}] not exist, apply first please! "
+                "(auto-create is off or the default topic does not allow it)"
+            )
+        n = max(
+            1, min(queue_nums if queue_nums > 0 else tmpl.write_queue_nums, tmpl.write_queue_nums)
+        )
+        tc = TopicConfig(
+            topic, n, n, tmpl.perm & ~PERM_INHERIT, tmpl.topic_filter_type, topic_sys_flag
+        )
+        self.table[topic] = tc
+        log.info("topic %s auto-created from %s with %d queues", topic, tmpl.topic_name, n)
+        self._changed()
+        return tc
+
+    def create_system_group_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """%RETRY% and %DLQ% topics (createTopicInSendMessageBackMethod)."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc
+        tc = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self.table[topic] = tc
+        log.info("topic %s created with %d queue(s)", topic, queue_nums)
+        self._changed()
+        return tc
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        log.info("topic %s deleted", topic)
+        self._changed()
+        return True
+
+    def require(self, topic: str) -> TopicConfig:
+        tc = self.table.get(topic)
+        if tc is None:
+            raise TopicNotExistError(f"topic[{topic}] not exist, apply first please!")
+        return tc
+
+
+__all__ = [
+    "TopicConfig",
+    "TopicConfigManager",
+    "check_topic_name",
+    "dlq_topic",
+    "retry_topic",
+]
