@@ -1,11 +1,13 @@
 """The `pyrmq` command.
 
-  pyrmq store demo DIR     write and read back messages through the store
-  pyrmq store check DIR    verify a store directory offline (read-only)
-  pyrmq store dump DIR     print the messages of a queue
+pyrmq store demo DIR     write and read back messages through the store
+pyrmq store check DIR    verify a store directory offline (read-only)
+pyrmq store dump DIR     print the messages of a queue
 
-The NameServer and Broker commands (`pyrmq standalone`, `pyrmq namesrv`,
-`pyrmq broker`) come with the remoting layer."""
+pyrmq standalone         a NameServer and a Broker in one process
+pyrmq namesrv            a NameServer (port 9876)
+pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
+pyrmq admin ...          topics, routes and cluster info"""
 
 from __future__ import annotations
 
@@ -99,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--offset", type=int, default=0)
     dump.add_argument("--count", type=int, default=20)
     dump.add_argument("--segment-mb", type=int, default=64)
+    from pyrmq import admin, serve
+
+    serve.add_arguments(sub)
+    admin.add_arguments(sub)
     args = p.parse_args(argv)
+    if args.cmd in ("namesrv", "broker", "standalone"):
+        return serve.main(args)
+    if args.cmd == "admin":
+        return admin.main(args)
     if args.store_cmd == "check":
         return _check(args)
     if args.store_cmd == "demo":

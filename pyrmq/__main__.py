@@ -1,0 +1,5 @@
+import sys
+
+from pyrmq.cli import main
+
+sys.exit(main())

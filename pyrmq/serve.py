@@ -1,0 +1,131 @@
+"""Running the servers: `pyrmq namesrv`, `pyrmq broker -c broker.conf` and
+`pyrmq standalone` (a NameServer and a Broker in one process)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from typing import Any
+
+from pyrmq.broker import Broker, load_broker_conf
+from pyrmq.common.config_file import write_json_atomic
+from pyrmq.namesrv import NameServer
+
+log = logging.getLogger("pyrmq")
+
+
+def add_arguments(sub: Any) -> None:
+    ns = sub.add_parser("namesrv", help="run a NameServer")
+    ns.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    ns.add_argument("-p", "--port", type=int, default=9876)
+    ns.add_argument("--kv-config", default=None, help="KV config file (default ~/namesrv/)")
+    ns.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+
+    br = sub.add_parser("broker", help="run a Broker from a broker.conf")
+    br.add_argument("-c", "--config", default=None, help="RocketMQ broker.conf (properties)")
+    br.add_argument("-n", "--namesrv-addr", default=None, help="name servers, ';'-separated")
+    br.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+
+    st = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
+    st.add_argument("--store", default="./pyrmq-store", help="store folder (./pyrmq-store)")
+    st.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on and advertise (127.0.0.1; use this host's IP "
+        "or 0.0.0.0 to serve other machines)",
+    )
+    st.add_argument("--namesrv-port", type=int, default=9876)
+    st.add_argument("--broker-port", type=int, default=10911)
+    st.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default=None)
+    st.add_argument("-c", "--config", default=None, help="broker.conf with more settings")
+    st.add_argument("--auto-create-topic", choices=("true", "false"), default=None)
+    st.add_argument(
+        "--ready-file",
+        default=None,
+        help="write {namesrv, broker, pid} as JSON here once listening",
+    )
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("PYRMQ_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+async def _until_signalled() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    log.info("shutting down")
+
+
+def _ready(path: str | None, **info: Any) -> None:
+    if path:
+        write_json_atomic(path, dict(info, pid=os.getpid()))
+
+
+async def run_namesrv(args: argparse.Namespace) -> int:
+    async with NameServer(args.host, args.port, kv_config_path=args.kv_config) as ns:
+        log.info("NameServer ready: clients and brokers use %s:%d", args.host, ns.port)
+        _ready(args.ready_file, namesrv=f"{args.host}:{ns.port}")
+        await _until_signalled()
+    return 0
+
+
+async def run_broker(args: argparse.Namespace) -> int:
+    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
+    bcfg, scfg = load_broker_conf(args.config, overrides)
+    async with Broker(bcfg, scfg) as broker:
+        _ready(args.ready_file, broker=broker.addr)
+        await _until_signalled()
+    return 0
+
+
+async def run_standalone(args: argparse.Namespace) -> int:
+    store = os.path.abspath(args.store)
+    async with NameServer(
+        args.host, args.namesrv_port, kv_config_path=os.path.join(store, "namesrv", "kv.json")
+    ) as ns:
+        namesrv = f"{args.host if args.host != '0.0.0.0' else '127.0.0.1'}:{ns.port}"
+        overrides: dict[str, Any] = {
+            "storePathRootDir": store,
+            "namesrvAddr": namesrv,
+            "listenPort": args.broker_port,
+            "listenHost": args.host,
+        }
+        if args.host not in ("0.0.0.0", ""):
+            overrides["brokerIP1"] = args.host
+        if args.flush:
+            overrides["flushDiskType"] = args.flush
+        if args.auto_create_topic:
+            overrides["autoCreateTopicEnable"] = args.auto_create_topic
+        bcfg, scfg = load_broker_conf(args.config, overrides)
+        async with Broker(bcfg, scfg) as broker:
+            log.info(
+                "pyrmq standalone ready: name server %s, broker %s, store %s (%s). "
+                "Point clients at the name server %s. Ctrl-C stops.",
+                namesrv,
+                broker.addr,
+                store,
+                scfg.flush_disk_type.value,
+                namesrv,
+            )
+            _ready(args.ready_file, namesrv=namesrv, broker=broker.addr)
+            await _until_signalled()
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    _setup_logging()
+    run = {"namesrv": run_namesrv, "broker": run_broker, "standalone": run_standalone}[args.cmd]
+    return asyncio.run(run(args))
