@@ -19,6 +19,7 @@ ALLOWED = {
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
+    "pyrmq.testing": {"pyrmq.common", "pyrmq.namesrv", "pyrmq.broker", "pyrmq.storage"},
 }
 
 
