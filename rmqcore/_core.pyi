@@ -194,3 +194,20 @@ class MessageStoreCore:
     ) -> int: ...
     def delete_expired_logics(self) -> int: ...
     def delete_topic(self, topic: str | bytes) -> int: ...
+
+# Remoting hot path (csrc/remoting_header.c; frame spec in pyrmq/remoting/command.py)
+def decode_json_header(
+    data: bytes | bytearray | memoryview,
+) -> tuple[int, str | None, int, int, int, str | None, dict[str, str]]: ...
+def split_frames(
+    buf: bytes | bytearray | memoryview, max_frame: int
+) -> tuple[list[tuple[int, Any, bytes]], int]: ...
+def encode_json_header(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, Any],
+) -> bytes: ...

@@ -10,6 +10,7 @@ from rmqcore.includes.mapped_file cimport *
 from rmqcore.includes.mapped_file_queue cimport *
 from rmqcore.includes.message_store cimport *
 from rmqcore.includes.rmq_errors cimport *
+from rmqcore.includes.remoting_header cimport *
 from rmqcore.includes.rmq_format cimport *
 from rmqcore.includes.zerocopy cimport *
 
@@ -43,3 +44,4 @@ CHECKPOINT_FILE_SIZE = RMQ_CHECKPOINT_FILE_SIZE
 include "_errors.pyx"
 include "_records.pyx"
 include "_store.pyx"
+include "_remoting.pyx"

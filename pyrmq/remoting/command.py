@@ -14,7 +14,8 @@ com.rocketmq.remoting.frameMaxLength); header_len <= length - 4; a frame
 breaking either closes the connection (the stream cannot be resynchronised).
 Never write length 0: the C++ client spins on it.
 
-JSON header: {"code": int, "language": str, "version": int, "opaque": int,
+JSON header (parsed and written by rmqcore, csrc/remoting_header.c):
+{"code": int, "language": str, "version": int, "opaque": int,
 "flag": int, "remark": str|null, "extFields": {str: str}}. Requests from the
 C++ client mix JSON numbers, strings and "0"/"1" booleans in extFields, so
 decoding turns every value into a string (true/false -> "true"/"false");
@@ -36,12 +37,13 @@ for. opaque: request id chosen by the requester, echoed by the response.
 
 from __future__ import annotations
 
-import json
 import struct
 from typing import Any
 
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting.codes import LanguageCode
+from rmqcore import encode_json_header as _encode_json_header
+from rmqcore import split_frames as _split_frames
 
 MAX_FRAME = 16 * 1024 * 1024
 SERIALIZE_JSON = 0
@@ -55,8 +57,6 @@ VERSION = 401
 _U32 = struct.Struct(">I")
 _PREFIX = struct.Struct(">II")
 _BIN_FIXED = struct.Struct(">hbhii")
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_loads = json.loads
 
 
 class FrameError(RemotingError):
@@ -141,17 +141,15 @@ class RemotingCommand:
     def encode_header(self) -> bytes:
         if self.serialize_type == SERIALIZE_ROCKETMQ:
             return _encode_binary_header(self)
-        head: dict[str, Any] = {
-            "code": self.code,
-            "extFields": {k: str(v) for k, v in self.ext_fields.items()},
-            "flag": self.flag,
-            "language": self.language,
-            "opaque": self.opaque,
-            "remark": self.remark,
-            "serializeTypeCurrentRPC": "JSON",
-            "version": self.version,
-        }
-        return _dumps(head).encode()
+        return _encode_json_header(
+            self.code,
+            self.language,
+            self.version,
+            self.opaque,
+            self.flag,
+            self.remark,
+            self.ext_fields,
+        )
 
     def encode(self) -> bytes:
         """The whole frame."""
@@ -179,70 +177,36 @@ class RemotingCommand:
 def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     """Decode one frame without its 4-byte length field (header word,
     header, body). Raises FrameError on anything malformed."""
-    if len(frame) < 4:
+    prefixed = (len(frame) + 4).to_bytes(4, "big") + bytes(frame)
+    try:
+        frames, _ = _split_frames(prefixed, len(prefixed))
+    except ValueError as e:
+        raise FrameError(str(e)) from None
+    if not frames:
         raise FrameError(f"frame of {len(frame)} bytes has no header length")
-    (word,) = _U32.unpack_from(frame, 0)
-    stype, hlen = word >> 24, word & 0xFFFFFF
-    if hlen > len(frame) - 4:
-        raise FrameError(f"header length {hlen} runs past the frame ({len(frame) - 4} bytes)")
-    raw = bytes(frame[4 : 4 + hlen])
-    body = bytes(frame[4 + hlen :])
+    return _command(frames[0])
+
+
+def _command(frame: tuple[int, Any, bytes]) -> RemotingCommand:
+    stype, header, body = frame
     if stype == SERIALIZE_JSON:
-        cmd = _decode_json_header(raw)
-    elif stype == SERIALIZE_ROCKETMQ:
-        cmd = _decode_binary_header(raw)
-    else:
-        raise FrameError(f"unknown serialize type {stype}")
-    cmd.body = body
-    return cmd
-
-
-def _decode_json_header(raw: bytes) -> RemotingCommand:
-    try:
-        head = _loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FrameError(f"header is not JSON: {e}") from None
-    if not isinstance(head, dict):
-        raise FrameError("header JSON is not an object")
-    try:
-        code = int(head["code"])
-        opaque = int(head.get("opaque") or 0)
-        flag = int(head.get("flag") or 0)
-        version = int(head.get("version") or 0)
-    except (KeyError, TypeError, ValueError) as e:
-        raise FrameError(f"header lacks an integer code/opaque/flag/version: {e!r}") from None
-    ext = head.get("extFields")
-    fields: dict[str, str]
-    if ext is None:
-        fields = {}
-    elif isinstance(ext, dict):
-        fields = {k: v if type(v) is str else _text(v) for k, v in ext.items()}
-    else:
-        raise FrameError("extFields is not an object")
-    remark = head.get("remark")
-    lang = head.get("language")
-    return RemotingCommand(
-        code,
-        fields,
-        remark=remark if isinstance(remark, str) else None,
-        opaque=opaque,
-        flag=flag,
-        language=lang if isinstance(lang, str) else "OTHER",
-        version=version,
-        serialize_type=SERIALIZE_JSON,
-    )
-
-
-def _text(v: Any) -> str:
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if v is None:
-        return ""
-    if isinstance(v, (int, float, str)):
-        return str(v)
-    return _dumps(v)
+        code, language, version, opaque, flag, remark, ext = header
+        cmd = RemotingCommand(
+            code,
+            ext,
+            body,
+            remark=remark,
+            opaque=opaque,
+            flag=flag,
+            language=language or "OTHER",
+            version=version,
+        )
+        return cmd
+    if stype == SERIALIZE_ROCKETMQ:
+        cmd = _decode_binary_header(header)
+        cmd.body = body
+        return cmd
+    raise FrameError(f"unknown serialize type {stype}")
 
 
 def _decode_binary_header(raw: bytes) -> RemotingCommand:
@@ -308,7 +272,8 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames (without their length field)."""
+    """Splits a byte stream into RemotingCommands (frame splitting and the
+    JSON header parse run in rmqcore, csrc/remoting_header.c)."""
 
     __slots__ = ("_buf", "max_frame")
 
@@ -316,29 +281,24 @@ class FrameDecoder:
         self._buf = bytearray()
         self.max_frame = max_frame
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Append data; return every complete frame. Raises FrameError on a
-        bad length (the rest of the stream is then unusable)."""
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        """Append data; return every complete command. Raises FrameError on
+        a bad frame (the rest of the stream is then unusable)."""
         buf = self._buf
-        if not buf and len(data) >= 4:
-            # Fast path: frames that arrive whole need no copy into the buffer.
-            (n,) = _U32.unpack_from(data, 0)
-            if n + 4 == len(data) and 4 <= n <= self.max_frame:
-                return [data[4:]]
-        buf += data
-        out: list[bytes] = []
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            (n,) = _U32.unpack_from(buf, pos)
-            if n < 4 or n > self.max_frame:
-                raise FrameError(f"frame length {n} outside 4..{self.max_frame}")
-            if end - pos - 4 < n:
-                break
-            out.append(bytes(buf[pos + 4 : pos + 4 + n]))
-            pos += 4 + n
-        if pos:
-            del buf[:pos]
-        return out
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            src = data
+        try:
+            frames, used = _split_frames(src, self.max_frame)
+        except ValueError as e:
+            raise FrameError(str(e)) from None
+        if buf:
+            del buf[:used]
+        elif used < len(data):
+            buf += memoryview(data)[used:]
+        return [_command(f) for f in frames]
 
     @property
     def buffered(self) -> int:

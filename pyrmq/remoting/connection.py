@@ -26,7 +26,6 @@ from pyrmq.remoting.command import (
     FrameDecoder,
     FrameError,
     RemotingCommand,
-    decode_frame,
 )
 
 log = logging.getLogger("pyrmq.remoting")
@@ -132,18 +131,13 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
         try:
-            frames = self._decoder.feed(data)
+            cmds = self._decoder.feed(data)
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
         self._out = out = []
         try:
-            for frame in frames:
-                try:
-                    cmd = decode_frame(frame)
-                except FrameError as e:
-                    self.abort(f"bad frame: {e}")
-                    return
+            for cmd in cmds:
                 if cmd.flag & FLAG_RESPONSE:
                     fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():

@@ -1,0 +1,180 @@
+# The remoting hot path: splitting frames and the JSON header codec
+# (csrc/remoting_header.c). The frame layout is specified in the docstring
+# of pyrmq/remoting/command.py; pyrmq.remoting.command is the only caller.
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
+
+cdef class _Scratch:
+    cdef char *buf
+    cdef size_t cap
+
+    cdef char *get(self, size_t n) except NULL:
+        cdef char *p
+        if n > self.cap:
+            p = <char *>malloc(n if n > 4096 else 4096)
+            if p == NULL:
+                raise MemoryError()
+            free(self.buf)
+            self.buf = p
+            self.cap = n if n > 4096 else 4096
+        return self.buf
+
+    def __dealloc__(self):
+        free(self.buf)
+
+cdef _Scratch _scratch = _Scratch()
+
+
+cdef str _span_text(rmq_json_span_t *s):
+    cdef ptrdiff_t n
+    cdef char *out
+    if s.kind == b's':
+        if not s.escaped:
+            return s.p[:s.n].decode("utf-8")
+        out = _scratch.get(s.n + 1)
+        n = rmq_json_unescape(s.p, s.n, out)
+        if n < 0:
+            raise ValueError("bad escape in a string")
+        return out[:n].decode("utf-8")
+    if s.kind == b'z':
+        return ""
+    return s.p[:s.n].decode("utf-8")
+
+
+cdef tuple _parse_header(const char *p, size_t n):
+    cdef rmq_json_header_t h
+    cdef size_t i
+    if rmq_json_header_parse(p, n, &h) != 0:
+        raise ValueError(f"{h.error.decode()} at byte {h.error_at}")
+    ext = {}
+    for i in range(h.nfields):
+        ext[_span_text(&h.keys[i])] = _span_text(&h.values[i])
+    language = _span_text(&h.language) if h.language.kind == b's' else None
+    remark = _span_text(&h.remark) if h.remark.kind == b's' else None
+    return (h.code, language, h.version, h.opaque, h.flag, remark, ext)
+
+
+def decode_json_header(data) -> tuple:
+    """(code, language, version, opaque, flag, remark, extFields) of a JSON
+    RemotingCommand header. extFields values are all str (non-string JSON
+    values as their text). Raises ValueError naming the byte at fault."""
+    cdef const unsigned char[::1] mv = data
+    if mv.shape[0] == 0:
+        raise ValueError("empty header")
+    return _parse_header(<const char *>&mv[0], <size_t>mv.shape[0])
+
+
+def split_frames(buf, Py_ssize_t max_frame):
+    """Split back-to-back frames at the start of buf. Returns (frames,
+    consumed): each frame is (serialize_type, header, body), header being the
+    parsed JSON tuple of decode_json_header for type 0 and the raw bytes
+    otherwise. Raises ValueError on a bad length or header (the stream is
+    then unusable)."""
+    cdef const unsigned char[::1] mv = buf
+    cdef Py_ssize_t n = mv.shape[0], pos = 0, flen, hlen
+    cdef unsigned int word, stype
+    cdef const unsigned char *q
+    frames = []
+    while n - pos >= 4:
+        q = &mv[pos]
+        flen = (<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16) | (<Py_ssize_t>q[2] << 8) | q[3]
+        if flen < 4 or flen > max_frame:
+            raise ValueError(f"frame length {flen} outside 4..{max_frame}")
+        if n - pos - 4 < flen:
+            break
+        word = (<unsigned int>q[4] << 24) | (<unsigned int>q[5] << 16) | (<unsigned int>q[6] << 8) | q[7]
+        stype = word >> 24
+        hlen = word & 0xFFFFFF
+        if hlen > flen - 4:
+            raise ValueError(f"header length {hlen} runs past the frame ({flen - 4} bytes)")
+        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
+        if stype == 0:
+            if hlen == 0:
+                raise ValueError("empty header")
+            header = _parse_header(<const char *>q + 8, <size_t>hlen)
+        else:
+            header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
+        frames.append((stype, header, body))
+        pos += 4 + flen
+    return frames, pos
+
+
+cdef inline char *_put(char *o, const char *s, size_t n):
+    memcpy(o, s, n)
+    return o + n
+
+
+cdef inline char *_put_str(char *o, str s) except NULL:
+    cdef Py_ssize_t n
+    cdef const char *u = PyUnicode_AsUTF8AndSize(s, &n)
+    o[0] = b'"'
+    o += 1
+    if rmq_json_plain(u, <size_t>n):
+        o = _put(o, u, <size_t>n)
+    else:
+        o += rmq_json_escape(u, <size_t>n, o)
+    o[0] = b'"'
+    return o + 1
+
+
+cdef inline char *_put_int(char *o, long long v):
+    cdef bytes t = str(v).encode()
+    return _put(o, PyBytes_AS_STRING(t), <size_t>len(t))
+
+
+def encode_json_header(long long code, str language, long long version, long long opaque,
+                       long long flag, remark, dict ext) -> bytes:
+    """The JSON header of a RemotingCommand: integer code/flag/opaque/version,
+    every extFields value as a JSON string (str() of non-str values), remark
+    a string or null."""
+    cdef Py_ssize_t size = 160 + 6 * len(language)
+    cdef Py_ssize_t n
+    cdef char *buf
+    cdef char *o
+    items = []
+    for k, v in ext.items():
+        ks = k if type(k) is str else str(k)
+        vs = v if type(v) is str else str(v)
+        PyUnicode_AsUTF8AndSize(ks, &n)
+        size += 6 * n + 4
+        PyUnicode_AsUTF8AndSize(vs, &n)
+        size += 6 * n + 4
+        items.append((ks, vs))
+    if remark is not None:
+        if type(remark) is not str:
+            remark = str(remark)
+        PyUnicode_AsUTF8AndSize(remark, &n)
+        size += 6 * n + 4
+    buf = _scratch.get(<size_t>size)
+    o = buf
+    o = _put(o, b'{"code":', 8)
+    o = _put_int(o, code)
+    o = _put(o, b',"extFields":{', 14)
+    first = True
+    for ks, vs in items:
+        if not first:
+            o[0] = b','
+            o += 1
+        first = False
+        o = _put_str(o, ks)
+        o[0] = b':'
+        o += 1
+        o = _put_str(o, vs)
+    o = _put(o, b'},"flag":', 9)
+    o = _put_int(o, flag)
+    o = _put(o, b',"language":', 12)
+    o = _put_str(o, language)
+    o = _put(o, b',"opaque":', 10)
+    o = _put_int(o, opaque)
+    o = _put(o, b',"remark":', 10)
+    if remark is None:
+        o = _put(o, b'null', 4)
+    else:
+        o = _put_str(o, remark)
+    o = _put(o, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    o = _put_int(o, version)
+    o[0] = b'}'
+    o += 1
+    return PyBytes_FromStringAndSize(buf, o - buf)

@@ -1,0 +1,170 @@
+"""The JSON RemotingCommand header codec in C (csrc/remoting_header.c),
+checked against Python's json module as the oracle, and the frame splitter
+against hand-built frames."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rmqcore
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+json_scalar = st.one_of(
+    text,
+    st.integers(-(2**53), 2**53),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+json_value = st.recursive(
+    json_scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+def _as_text(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return ""
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    code=st.integers(0, 2**31 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    flag=st.integers(0, 3),
+    version=st.integers(0, 1000),
+    language=text,
+    remark=st.one_of(st.none(), text),
+    ext=st.dictionaries(text, text, max_size=12),
+    ensure_ascii=st.booleans(),
+    indent=st.sampled_from([None, 1]),
+)
+def test_decode_matches_json_module(
+    code, opaque, flag, version, language, remark, ext, ensure_ascii, indent
+):
+    head = {
+        "code": code,
+        "extFields": ext,
+        "flag": flag,
+        "language": language,
+        "opaque": opaque,
+        "remark": remark,
+        "version": version,
+        "serializeTypeCurrentRPC": "JSON",
+    }
+    raw = json.dumps(head, ensure_ascii=ensure_ascii, indent=indent).encode() + b"\n"
+    assert rmqcore.decode_json_header(raw) == (code, language, version, opaque, flag, remark, ext)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ext=st.dictionaries(text, json_value, max_size=8),
+    junk=st.dictionaries(text, json_value, max_size=3),
+)
+def test_non_string_ext_values_arrive_as_their_text(ext, junk):
+    junk.pop("code", None)
+    for k in ("extFields", "opaque", "flag", "version", "language", "remark"):
+        junk.pop(k, None)
+    raw = json.dumps(
+        {**junk, "code": 10, "extFields": ext}, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    got = rmqcore.decode_json_header(raw)[6]
+    assert got == {k: _as_text(v) for k, v in ext.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    code=st.integers(0, 2**31 - 1),
+    opaque=st.integers(0, 2**31 - 1),
+    language=text,
+    remark=st.one_of(st.none(), text),
+    ext=st.dictionaries(text, st.one_of(text, st.integers())),
+)
+def test_encode_is_valid_json_with_string_ext_values(code, opaque, language, remark, ext):
+    raw = rmqcore.encode_json_header(code, language, 401, opaque, 1, remark, ext)
+    head = json.loads(raw)
+    assert head["code"] == code and head["opaque"] == opaque and head["flag"] == 1
+    assert head["language"] == language and head["remark"] == remark
+    assert head["extFields"] == {k: str(v) for k, v in ext.items()}
+    assert all(isinstance(v, str) for v in head["extFields"].values())
+    assert rmqcore.decode_json_header(raw)[6] == {k: str(v) for k, v in ext.items()}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b"null",
+        b'{"code":"x"}',
+        b'{"flag":1}',
+        b'{"code":1,"extFields":[1]}',
+        b'{"code":1} x',
+        b'{"code":1,"a":"\\q"}',
+        b"{" * 10_000,
+        b'{"code":1.5}',
+        b'{"code":99999999999999999999}',
+        b'{"code":1,"extFields":{"a":1,}}',
+        b'{"code":1,"a":tru}',
+        b'{"code":1,"a":"\x01"}',
+        b'{"code":1,"extFields":{"a":"\xff\xfe"}}',
+    ],
+)
+def test_malformed_headers_raise_value_error(raw):
+    with pytest.raises(ValueError):
+        rmqcore.decode_json_header(raw)
+
+
+def test_too_many_ext_fields_is_refused():
+    ext = {f"k{i}": "v" for i in range(300)}
+    with pytest.raises(ValueError, match="too many"):
+        rmqcore.decode_json_header(json.dumps({"code": 1, "extFields": ext}).encode())
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_never_crashes(raw):
+    with contextlib.suppress(ValueError):
+        rmqcore.decode_json_header(raw)
+    with contextlib.suppress(ValueError):
+        rmqcore.split_frames(raw, 1 << 24)
+
+
+def _frame(header: bytes, body: bytes, stype: int = 0) -> bytes:
+    return (
+        struct.pack(">II", 4 + len(header) + len(body), (stype << 24) | len(header)) + header + body
+    )
+
+
+def test_split_frames_returns_whole_frames_and_what_it_used():
+    a = _frame(b'{"code":10,"opaque":1}', b"body-a")
+    b = _frame(b"\x00\x0a\x01", b"", stype=1)
+    frames, used = rmqcore.split_frames(a + b + a[:7], 1 << 24)
+    assert used == len(a) + len(b)
+    assert frames[0] == (0, (10, None, 0, 1, 0, None, {}), b"body-a")
+    assert frames[1] == (1, b"\x00\x0a\x01", b"")
+
+
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        (b"\xff\xff\xff\xff", "frame length"),
+        (b"\x00\x00\x00\x02xx", "frame length"),
+        (b"\x01\x00\x00\x01", "frame length"),
+        (struct.pack(">II", 8, 100) + b"abcd", "runs past"),
+    ],
+)
+def test_split_frames_rejects_bad_lengths(raw, match):
+    with pytest.raises(ValueError, match=match):
+        rmqcore.split_frames(raw, 1 << 24)
