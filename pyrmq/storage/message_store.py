@@ -285,15 +285,17 @@ class MessageStore:
         """Append one message; in SYNC_FLUSH wait until it is durable (or
         syncFlushTimeout passes: status FLUSH_DISK_TIMEOUT)."""
         r = self.put_message_nowait(topic, queue_id, body, properties, **kw)
-        return await self._durable(r)
+        return await self.wait_appended(r)
 
     async def put_messages(
         self, topic: str, queue_id: int, batch: bytes, **kw: Any
     ) -> PutMessageResult:
         r = self.put_messages_nowait(topic, queue_id, batch, **kw)
-        return await self._durable(r)
+        return await self.wait_appended(r)
 
-    async def _durable(self, r: rmqcore.AppendResult) -> PutMessageResult:
+    async def wait_appended(self, r: rmqcore.AppendResult) -> PutMessageResult:
+        """The PutMessageResult of an append made by a *_nowait put: in
+        SYNC_FLUSH, once it is durable (or FLUSH_DISK_TIMEOUT)."""
         if self._group_commit is None:
             return PutMessageResult(PutMessageStatus.PUT_OK, r)
         if await self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes):

@@ -184,7 +184,7 @@ class SendMessageProcessor:
     async def _after_durable(
         self, cmd: RemotingCommand, r: rmqcore.AppendResult, ext: dict[str, str]
     ) -> RemotingCommand:
-        res = await self.store._durable(r)
+        res = await self.store.wait_appended(r)
         if res.status is PutMessageStatus.PUT_OK:
             return cmd.response(ResponseCode.SUCCESS, ext)
         return cmd.response(
