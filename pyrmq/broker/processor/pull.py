@@ -37,6 +37,10 @@ FLAG_SUSPEND = 2
 FLAG_SUBSCRIPTION = 4
 #: longest hold, whatever the client asks: its own async pull timeout is 30 s
 MAX_SUSPEND_MS = 20_000
+#: held pulls per connection; beyond it a pull is answered at once, so a
+#: client flooding pulls on empty queues cannot grow the broker's memory
+#: (a RocketMQ client keeps about one outstanding pull per queue)
+MAX_HELD_PER_CONNECTION = 4096
 
 _CODE_OF_STATUS = {
     "FOUND": ResponseCode.SUCCESS,
@@ -135,7 +139,9 @@ class PullMessageProcessor:
                 self.offsets.commit_offset(group, topic, queue_id, commit)
         max_msgs = max(1, min(max_msgs, 1024))
         req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, 0.0)
-        if self._answer(req, final=not sysflag & FLAG_SUSPEND):
+        held = len(conn.attrs.get("held_pulls", ()))
+        final = not sysflag & FLAG_SUSPEND or held >= MAX_HELD_PER_CONNECTION
+        if self._answer(req, final=final):
             return
         # Nothing there: hold it (long polling) or, with long polling off,
         # look again after shortPollingTimeMills.
