@@ -42,15 +42,24 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
+        self._hooks: list[Callable[[Connection, RemotingCommand], None]] = []
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
+
+    def add_rpc_hook(self, hook: Callable[[Connection, RemotingCommand], None]) -> None:
+        """Run hook(conn, request) before every processor (RocketMQ RPCHook);
+        raising a BrokerError answers with its code instead. ACL (request
+        signature and permission checks) plugs in here."""
+        self._hooks.append(hook)
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
         """Called with each connection that closes (ChannelEventListener)."""
         self._close_listeners.append(listener)
 
     def _handle(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        for hook in self._hooks:
+            hook(conn, cmd)
         processor = self._processors.get(cmd.code)
         if processor is None:
             return cmd.response(
