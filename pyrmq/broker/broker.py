@@ -136,7 +136,11 @@ class Broker:
             retry_queue_nums=cfg.retry_queue_nums,
         )
         admin = AdminBrokerProcessor(
-            store, self.topics, self.offsets, runtime_info=self.runtime_info
+            store,
+            self.topics,
+            self.offsets,
+            runtime_info=self.runtime_info,
+            publish_topics=self._publish_topics,
         )
         self.schedule = ScheduleMessageService(
             store,
@@ -245,6 +249,11 @@ class Broker:
         task = asyncio.get_running_loop().create_task(run(), name="pyrmq:broker:topic-change")
         self._tasks.append(task)
         task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _publish_topics(self) -> None:
+        await self.topics.persist()
+        if self.config.namesrv_addrs:
+            await self.outer.register_all()
 
     def _notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
         for conn in channels:

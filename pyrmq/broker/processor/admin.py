@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
@@ -37,13 +37,20 @@ class AdminBrokerProcessor:
         offsets: ConsumerOffsetManager,
         *,
         runtime_info: Callable[[], dict[str, str]],
+        publish_topics: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
         self._runtime_info = runtime_info
+        self._publish_topics = publish_topics
 
-    def update_and_create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_topic(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        """Create or update a topic; answered once the topic table is saved
+        and the name servers have the new route (Java answers before it
+        registers, so a producer right after could still miss the topic)."""
         f = cmd.ext_fields
         topic = _field(cmd, "topic")
         if topic in NOT_ALLOWED_SEND_TOPICS or (topic == TBW102 and f.get("force") != "true"):
@@ -63,6 +70,8 @@ class AdminBrokerProcessor:
         if tc.perm & ~15:
             raise MessageIllegalError(f"perm {tc.perm} is not a combination of 8, 4, 2, 1")
         self.topics.update(tc)
+        if self._publish_topics is not None:
+            await self._publish_topics()
         return cmd.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -263,6 +263,13 @@ class PullMessageProcessor:
         return sum(len(v) for v in self._held.values())
 
     def shutdown(self) -> None:
+        """Answer every held pull now (a clean broker stop): the client then
+        pulls again at once instead of waiting out its 30 s pull timeout."""
         for key in list(self._held):
             for req in list(self._held.get(key, ())):
                 self._release(req)
+                if req.conn.is_open:
+                    try:
+                        self._answer(req, final=True)
+                    except Exception:
+                        log.exception("answering a held pull at shutdown failed")
