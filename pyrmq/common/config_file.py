@@ -75,17 +75,16 @@ def read_properties(path: str) -> dict[str, str]:
 
 class JsonStateFile:
     """A JSON state file saved from a snapshot function on one background
-    thread (RocketMQ ConfigManager.persist). Saves requested while one runs
-    coalesce into one more save, so the file always ends with the latest
-    state and the event loop never waits on the disk."""
+    thread (RocketMQ ConfigManager.persist). Every save of every file goes
+    through that one thread, in order, so two saves of a file never overlap
+    (even when a caller is cancelled mid-save or shutdown saves right after)
+    and the event loop never waits on the disk."""
 
     _executor: Any = None
 
     def __init__(self, path: str, snapshot: Any) -> None:
         self.path = path
         self._snapshot = snapshot
-        self._running: Any = None
-        self._again = False
 
     @classmethod
     def _pool(cls) -> Any:
@@ -99,24 +98,13 @@ class JsonStateFile:
         return read_json(self.path)
 
     async def persist(self) -> None:
-        """Save the current state; returns once a save that began after
-        this call has finished."""
+        """Save the current state; returns once it is on disk. Cancelling the
+        caller does not cancel the save."""
         import asyncio
 
-        loop = asyncio.get_running_loop()
-        for _ in range(1000):
-            if self._running is None:
-                data = self._snapshot()
-                self._running = loop.run_in_executor(
-                    self._pool(), write_json_atomic, self.path, data
-                )
-                try:
-                    await self._running
-                finally:
-                    self._running = None
-                return
-            await asyncio.shield(self._running)
+        fut = self._pool().submit(write_json_atomic, self.path, self._snapshot())
+        await asyncio.shield(asyncio.wrap_future(fut))
 
     def persist_now(self) -> None:
-        """Blocking save (shutdown, after the loop's work is done)."""
-        write_json_atomic(self.path, self._snapshot())
+        """Blocking save (shutdown): queued behind any save in progress."""
+        self._pool().submit(write_json_atomic, self.path, self._snapshot()).result()

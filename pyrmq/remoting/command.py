@@ -177,7 +177,7 @@ class RemotingCommand:
 def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     """Decode one frame without its 4-byte length field (header word,
     header, body). Raises FrameError on anything malformed."""
-    prefixed = (len(frame) + 4).to_bytes(4, "big") + bytes(frame)
+    prefixed = len(frame).to_bytes(4, "big") + bytes(frame)
     try:
         frames, _ = _split_frames(prefixed, len(prefixed))
     except ValueError as e:

@@ -141,7 +141,7 @@ class PullMessageProcessor:
         req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, 0.0)
         held = len(conn.attrs.get("held_pulls", ()))
         final = not sysflag & FLAG_SUSPEND or held >= MAX_HELD_PER_CONNECTION
-        if self._answer(req, final=final):
+        if self._answer(req, final=final, hold_unmatched=False):
             return
         # Nothing there: hold it (long polling) or, with long polling off,
         # look again after shortPollingTimeMills.
@@ -149,7 +149,7 @@ class PullMessageProcessor:
         wait = max(0, min(wait_ms, MAX_SUSPEND_MS)) / 1000
         self._hold(req, wait)
 
-    def _answer(self, req: PullRequest, final: bool) -> bool:
+    def _answer(self, req: PullRequest, final: bool, hold_unmatched: bool = True) -> bool:
         """Answer req if there is something to say; False means "nothing
         yet" (only when not final)."""
         store = self.store
@@ -158,7 +158,13 @@ class PullMessageProcessor:
         code = _CODE_OF_STATUS.get(status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if req.offset else ResponseCode.PULL_NOT_FOUND
-        if code == ResponseCode.PULL_NOT_FOUND and not final:
+        if not final and (
+            code == ResponseCode.PULL_NOT_FOUND
+            or (hold_unmatched and status == "NO_MATCHED_MESSAGE")
+        ):
+            # Held pulls wake only for a message their filter matches (Java's
+            # hold service checks the tag code); a held pull that saw only
+            # other tags answers 20 with the advanced offset at its deadline.
             return False
         ext = {
             "nextBeginOffset": str(r.next_begin_offset),
