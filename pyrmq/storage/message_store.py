@@ -75,9 +75,12 @@ class MessageStore:
         config: MessageStoreConfig | None = None,
         *,
         store_host: tuple[str, int] = ("127.0.0.1", 10911),
+        disk_ratio: Callable[[str], float] | None = None,
     ) -> None:
         self.config = config or MessageStoreConfig()
         self._store_host = encode_host(*store_host)
+        #: used-space ratio of the store's disk (injectable for tests)
+        self._disk_ratio = disk_ratio
         self._core: rmqcore.MessageStoreCore | None = None
         self._io: IOExecutor | None = None
         self._group_commit: GroupCommitService | None = None
@@ -143,7 +146,10 @@ class MessageStore:
                 cfg.flush_consume_queue_thorough_interval_ms / 1000,
             )
         )
-        self._clean = CleanService(self._core, cfg, self._io)
+        if self._disk_ratio is None:
+            self._clean = CleanService(self._core, cfg, self._io)
+        else:
+            self._clean = CleanService(self._core, cfg, self._io, disk_ratio=self._disk_ratio)
         self._redispatch_task = asyncio.create_task(
             self._redispatch_loop(), name="pyrmq:store:reput"
         )
