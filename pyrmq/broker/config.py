@@ -10,17 +10,12 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from pyrmq.common.config_file import read_properties
+from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.storage.config import MessageStoreConfig
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
 
 
 def parse_delay_levels(spec: str) -> tuple[int, ...]:
@@ -120,25 +115,7 @@ class BrokerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> BrokerConfig:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        by_camel = {_camel(n): n for n in fields}
-        by_camel["brokerIP1"] = "broker_ip1"
-        kwargs: dict[str, Any] = {}
-        for key, raw in props.items():
-            name = key if key in fields else by_camel.get(key)
-            if name is None:
-                continue
-            t = str(fields[name].type)
-            try:
-                if t == "bool":
-                    kwargs[name] = raw if isinstance(raw, bool) else str(raw).lower() == "true"
-                elif t == "int":
-                    kwargs[name] = int(str(raw).strip())
-                else:
-                    kwargs[name] = str(raw).strip()
-            except ValueError:
-                raise ClientError(f"bad value for {key}: {raw!r} (expected {t})") from None
-        return cls(**kwargs)
+        return cls(**settings_from_properties(cls, props, {"brokerIP1": "broker_ip1"}))
 
 
 def load_broker_conf(
@@ -150,7 +127,7 @@ def load_broker_conf(
     known = {f.name for f in dataclasses.fields(BrokerConfig)} | {
         f.name for f in dataclasses.fields(MessageStoreConfig)
     }
-    known |= {_camel(n) for n in known} | {"brokerIP1", "brokerIP2"}
+    known |= {camel_case(n) for n in known} | {"brokerIP1", "brokerIP2"}
     unknown = sorted(k for k in props if k not in known)
     if unknown:
         import logging

@@ -152,17 +152,7 @@ class ScheduleMessageService:
             )
             return
         try:
-            self.store.put_message_nowait(
-                topic,
-                qid,
-                m["body"],
-                rmqcore.encode_properties(props),
-                flag=m["flag"],
-                sysflag=m["sys_flag"],
-                born_timestamp=m["born_timestamp"],
-                born_host=m["born_host"],
-                reconsume_times=m["reconsume_times"],
-            )
+            put_copy(self.store, m, topic, qid, props, m["reconsume_times"])
             self.delivered += 1
         except DiskFullError:
             raise
@@ -174,3 +164,27 @@ class ScheduleMessageService:
                 qid,
                 e,
             )
+
+
+def put_copy(
+    store: MessageStore,
+    m: dict[str, Any],
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str],
+    reconsume_times: int,
+) -> rmqcore.AppendResult:
+    """Store again a message read back from the CommitLog (a decoded record)
+    under a new topic/queue and properties: body, flag, sysflag, born time
+    and born host kept (delay delivery, send-back, DLQ)."""
+    return store.put_message_nowait(
+        topic,
+        queue_id,
+        m["body"],
+        rmqcore.encode_properties(properties),
+        flag=m["flag"],
+        sysflag=m["sys_flag"],
+        born_timestamp=m["born_timestamp"],
+        born_host=m["born_host"],
+        reconsume_times=reconsume_times,
+    )

@@ -108,3 +108,42 @@ class JsonStateFile:
     def persist_now(self) -> None:
         """Blocking save (shutdown): queued behind any save in progress."""
         self._pool().submit(write_json_atomic, self.path, self._snapshot()).result()
+
+
+def camel_case(name: str) -> str:
+    """snake_case field name -> the Java camelCase key of broker.conf."""
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def settings_from_properties(
+    cls: Any, props: Any, aliases: dict[str, str] | None = None, converters: Any = None
+) -> dict[str, Any]:
+    """Keyword arguments for the settings dataclass cls from broker.conf-style
+    properties: Java camelCase or snake_case keys (plus aliases), values
+    converted to each field's type (bool: "true"; int; converters[type name]
+    for the rest; str otherwise). Keys that are not fields are ignored."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    by_key = {camel_case(n): n for n in fields}
+    by_key.update(aliases or {})
+    kwargs: dict[str, Any] = {}
+    for key, raw in props.items():
+        name = key if key in fields else by_key.get(key)
+        if name is None:
+            continue
+        t = str(fields[name].type)
+        try:
+            if t == "bool":
+                value = raw if isinstance(raw, bool) else str(raw).strip().lower() == "true"
+            elif t == "int":
+                value = int(str(raw).strip())
+            elif converters and t in converters:
+                value = converters[t](raw)
+            else:
+                value = str(raw).strip()
+        except ValueError as e:
+            raise ClientError(f"bad value for {key}: {raw!r} ({e})") from None
+        kwargs[name] = value
+    return kwargs

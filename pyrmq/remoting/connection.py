@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from pyrmq.common.aio import wait_writable
 from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import (
@@ -275,7 +276,7 @@ class Connection(asyncio.Protocol):
                     while item.remaining:
                         item.send(fd)
                         if item.remaining:
-                            await _writable(loop, fd)
+                            await wait_writable(loop, fd)
                             if self.transport is None:
                                 return
                 except OSError as e:
@@ -331,14 +332,6 @@ class Connection(asyncio.Protocol):
     def pending_requests(self) -> int:
         return len(self._pending)
 
-
-async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    fut: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
-    try:
-        await fut
-    finally:
-        loop.remove_writer(fd)
 
 
 class FileRanges:

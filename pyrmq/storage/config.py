@@ -9,17 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import rmqcore
+from pyrmq.common.config_file import camel_case, settings_from_properties
 from pyrmq.common.errors import ClientError
 
 
 class FlushDiskType(enum.Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
     ASYNC_FLUSH = "ASYNC_FLUSH"
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,7 +86,7 @@ class MessageStoreConfig:
             "max_index_num",
         ):
             if getattr(self, name) <= 0:
-                raise ClientError(f"{_camel(name)} must be > 0")
+                raise ClientError(f"{camel_case(name)} must be > 0")
         if not 1 <= self.disk_max_used_space_ratio <= 95:
             raise ClientError("diskMaxUsedSpaceRatio must be within 1..95")
 
@@ -102,26 +98,11 @@ class MessageStoreConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> MessageStoreConfig:
         """Build from broker.conf-style properties; takes Java camelCase or
         snake_case keys and ignores keys that are not store settings."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        by_camel = {_camel(n): n for n in fields}
-        kwargs: dict[str, Any] = {}
-        for key, raw in props.items():
-            name = key if key in fields else by_camel.get(key)
-            if name is None:
-                continue
-            kwargs[name] = _convert(fields[name].type, raw, key)
-        return cls(**kwargs)
+        return cls(**settings_from_properties(cls, props, converters=_CONVERTERS))
 
 
-def _convert(type_name: Any, raw: Any, key: str) -> Any:
-    t = str(type_name)
-    try:
-        if t == "bool":
-            return raw if isinstance(raw, bool) else str(raw).strip().lower() == "true"
-        if t == "int":
-            return int(str(raw).strip())
-        if t == "FlushDiskType":
-            return raw if isinstance(raw, FlushDiskType) else FlushDiskType(str(raw).strip())
-        return str(raw).strip()
-    except ValueError as e:
-        raise ClientError(f"bad value for {key}: {raw!r} ({e})") from None
+def _flush_disk_type(raw: Any) -> FlushDiskType:
+    return raw if isinstance(raw, FlushDiskType) else FlushDiskType(str(raw).strip())
+
+
+_CONVERTERS = {"FlushDiskType": _flush_disk_type}

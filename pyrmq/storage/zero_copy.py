@@ -10,6 +10,7 @@ import socket
 from collections.abc import Sequence
 
 import rmqcore
+from pyrmq.common.aio import wait_writable
 
 
 async def sendfile_ranges(
@@ -27,7 +28,7 @@ async def sendfile_ranges(
                 n = pin.sendfile(fd, offset + sent, size - sent)
                 sent += n
                 if sent < size:
-                    await _writable(loop, fd)
+                    await wait_writable(loop, fd)
         total += size
     return total
 
@@ -41,11 +42,3 @@ def coalesce_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
             out.append((offset, size))
     return out
 
-
-async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    fut: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
-    try:
-        await fut
-    finally:
-        loop.remove_writer(fd)

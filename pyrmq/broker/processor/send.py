@@ -14,6 +14,7 @@ import random
 import zlib
 
 import rmqcore
+from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -170,8 +171,15 @@ class SendMessageProcessor:
             ) from None
         except StoreError as e:
             raise BrokerSystemError(f"store error: {e}") from None
+        return self._answer(cmd, r, r.msg_id, queue_id, props)
+
+    def _answer(
+        self, cmd: RemotingCommand, r: rmqcore.AppendResult, msg_id: str, queue_id: int, props: str
+    ) -> HandlerResult:
+        """The send response (SendMessageResponseHeader; values as strings),
+        after the append is durable in SYNC_FLUSH unless WAIT is false."""
         ext = {
-            "msgId": r.msg_id,
+            "msgId": msg_id,
             "queueId": str(queue_id),
             "queueOffset": str(r.queue_offset),
             "MSG_REGION": "DefaultRegion",
@@ -243,17 +251,7 @@ class SendMessageProcessor:
             born_timestamp=born_ts,
             born_host=born_host_of(conn),
         )
-        ids = self._batch_msg_ids(r)
-        ext = {
-            "msgId": ",".join(ids),
-            "queueId": str(queue_id),
-            "queueOffset": str(r.queue_offset),
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        }
-        if self._sync and "WAIT\x01false" not in props:
-            return self._after_durable(cmd, r, ext)
-        return cmd.response(ResponseCode.SUCCESS, ext)
+        return self._answer(cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
 
     def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
         raw = self.store.read([(r.phys_offset, r.wrote_bytes)])
@@ -326,17 +324,7 @@ class SendMessageProcessor:
             props["REAL_QID"] = str(queue_id)
             topic, queue_id = SCHEDULE_TOPIC, level - 1
         try:
-            self.store.put_message_nowait(
-                topic,
-                queue_id,
-                msg["body"],
-                rmqcore.encode_properties(props),
-                flag=msg["flag"],
-                sysflag=msg["sys_flag"],
-                born_timestamp=msg["born_timestamp"],
-                born_host=msg["born_host"],
-                reconsume_times=reconsume + 1,
-            )
+            put_copy(self.store, msg, topic, queue_id, props, reconsume + 1)
         except DiskFullError as e:
             raise ServiceNotAvailableError(
                 f"service not available now, maybe disk full: {e}"
