@@ -1,0 +1,872 @@
+"""Load generators for the broker benchmarks (used by bench/broker_report.py).
+
+Every workload talks to a server in another process over loopback TCP:
+``pyrmq standalone`` or the trivial bench.answer_server. Each is bounded in
+wall time (and in count where it has one); servers are stopped by their PID
+with SIGTERM in ``finally`` blocks, and their stores are temp directories.
+
+Workloads:
+
+- ``cpp_producer``: the real C++ client (``rocketmq==0.4.4``) in a child
+  process, N threads calling ``send_sync`` or ``send_oneway`` on one
+  Producer for a fixed time. Throughput is counted at the server
+  (GET_MAX_OFFSET summed over the queues) in a window after a warm-up; sync
+  sends are counted at the client too.
+- ``send_load``: pre-encoded SEND_MESSAGE (code 10) frames, shaped like the
+  C++ client's (the same extFields, TAGS/KEYS/UNIQ_KEY/WAIT properties, a
+  distinct UNIQ_KEY per frame in a ring of 8,192), pipelined with a window of
+  outstanding requests per connection, over C connections in each of P
+  processes. Only the length prefix and the start of the response header
+  (``{"code":0,``) are looked at.
+- ``preload`` + ``pull_all``: a topic filled with batch sends, then read
+  back with PULL_MESSAGE (maxMsgNums 32, sysFlag 4, subscription ``*``) by
+  pulls issued ahead at known offsets, pipelined over connections and
+  processes; messages are counted by walking the records' TOTALSIZE fields.
+- ``latency``: one connection holding a long-poll pull (sysFlag 6,
+  suspendTimeoutMillis 15000) on every queue, another sending at a fixed rate
+  with the send time in the body; latency = receive time - send time.
+
+Server CPU time is read from /proc/PID/stat over each measured window.
+
+Run one workload by hand: ``python -m bench.broker_load send --addr ip:port
+--topic T`` (and ``cpp``, ``pull``, ``latency``; ``--help`` lists options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import rmqcore
+from pyrmq.remoting.command import FrameDecoder, RemotingCommand, decode_frame
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_U32 = struct.Struct(">I")
+_OK_HEAD = b'{"code":0,'
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+PRODUCER_GROUP = "GID_BENCH_P"
+CONSUMER_GROUP = "GID_BENCH_C"
+
+
+# -- servers --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Server:
+    kind: str
+    namesrv: str
+    broker: str
+    pid: int
+    proc: subprocess.Popen[bytes]
+    log_path: str
+
+    def cpu_s(self) -> float:
+        return proc_cpu_s(self.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"<{e}>"
+
+
+def proc_cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+@contextlib.contextmanager
+def _spawn(kind: str, cmd: list[str], workdir: str, timeout: float = 60.0) -> Iterator[Server]:
+    ready = os.path.join(workdir, f"{kind}.ready.json")
+    log_path = os.path.join(workdir, f"{kind}.log")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(ready)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([*cmd, "--ready-file", ready], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        deadline = time.monotonic() + timeout
+        info: dict[str, Any] | None = None
+        while info is None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{kind} exited with {proc.returncode}; log {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{kind} not ready within {timeout:.0f} s; log {log_path}")
+            with contextlib.suppress(OSError, ValueError), open(ready) as f:
+                info = json.load(f)
+            time.sleep(0.05)
+        yield Server(kind, info["namesrv"], info["broker"], proc.pid, proc, log_path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+@contextlib.contextmanager
+def standalone(root: str, flush: str = "ASYNC_FLUSH",
+               extra: tuple[str, ...] = ()) -> Iterator[Server]:
+    """``pyrmq standalone`` on a fresh store under root (removed after)."""
+    workdir = tempfile.mkdtemp(prefix="pyrmq-bench-broker-", dir=root)
+    try:
+        with _spawn("standalone", [sys.executable, "-m", "pyrmq", "standalone",
+                                   "--store", os.path.join(workdir, "store"),
+                                   "--namesrv-port", "0", "--broker-port", "0",
+                                   "--host", "127.0.0.1", "--flush", flush, *extra],
+                    workdir) as srv:
+            yield srv
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def answer_server(root: str, queues: int = 4) -> Iterator[Server]:
+    workdir = tempfile.mkdtemp(prefix="pyrmq-bench-answer-", dir=root)
+    try:
+        with _spawn("answer", [sys.executable, "-m", "bench.answer_server",
+                               "--queues", str(queues)], workdir) as srv:
+            yield srv
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- a blocking client for setup and counters ----------------------------------------
+
+
+class BlockingClient:
+    """One socket, one request at a time (setup, counters; not measured)."""
+
+    def __init__(self, addr: str, timeout: float = 10.0) -> None:
+        host, _, port = addr.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._opaque = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def call(self, code: int, fields: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        self._opaque += 1
+        self.sock.sendall(RemotingCommand(code, fields, body, opaque=self._opaque).encode())
+        while True:
+            head = self._recv(4)
+            (n,) = _U32.unpack(head)
+            resp = decode_whole_frame(head + self._recv(n))
+            if resp.is_response and resp.opaque == self._opaque:
+                return resp
+
+
+def decode_whole_frame(frame: bytes) -> RemotingCommand:
+    """One frame with its length field, through FrameDecoder (the servers'
+    path); older FrameDecoders return the raw frame, decoded here."""
+    (item,) = FrameDecoder().feed(frame)
+    return item if isinstance(item, RemotingCommand) else decode_frame(item)
+
+
+def create_topic(broker: str, topic: str, queues: int) -> None:
+    with BlockingClient(broker) as c:
+        r = c.call(17, {"topic": topic, "readQueueNums": str(queues),
+                        "writeQueueNums": str(queues), "perm": "6"})
+        if r.code != 0:
+            raise RuntimeError(f"UPDATE_AND_CREATE_TOPIC {topic}: {r.code} {r.remark}")
+
+
+def max_offsets(client: BlockingClient, topic: str, queues: int) -> list[int]:
+    out = []
+    for q in range(queues):
+        r = client.call(30, {"topic": topic, "queueId": str(q)})
+        out.append(int(r.ext_fields.get("offset", "0")) if r.code == 0 else 0)
+    return out
+
+
+def wait_route(namesrv: str, topic: str, timeout: float = 10.0) -> None:
+    """Until the name server has a route for topic (the broker re-registers
+    after a topic is created)."""
+    deadline = time.monotonic() + timeout
+    with BlockingClient(namesrv) as c:
+        while c.call(105, {"topic": topic}).code != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no route for {topic} at {namesrv} after {timeout:.0f} s")
+            time.sleep(0.1)
+
+
+# -- frames shaped like the C++ client's --------------------------------------------
+
+
+def cpp_properties(i: int, tags: str = "TagA") -> str:
+    """TAGS, KEYS, UNIQ_KEY (32 hex, distinct per i) and WAIT, sorted by key
+    as the C++ client writes them."""
+    return (f"KEYS\x01k{i % 100_000:05d}\x02TAGS\x01{tags}\x02"
+            f"UNIQ_KEY\x017F0000010000{i:020X}\x02WAIT\x01true\x02")
+
+
+def send_fields(topic: str, queue_id: int, props: str, born_ms: int,
+                batch: bool = False) -> dict[str, str]:
+    return {
+        "AccessKey": "", "OnsChannel": "ALIYUN",
+        "Signature": "N/YT7X6tIcbS2dPZJLA4aoMqYSk=",
+        "batch": "1" if batch else "0", "bornTimestamp": str(born_ms),
+        "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "flag": "0",
+        "producerGroup": PRODUCER_GROUP, "properties": props, "queueId": str(queue_id),
+        "reconsumeTimes": "0", "sysFlag": "0", "topic": topic, "unitMode": "0",
+    }
+
+
+def send_frame(topic: str, queue_id: int, body: bytes, i: int, opaque: int,
+               born_ms: int = 1_700_000_000_000) -> bytes:
+    return RemotingCommand(10, send_fields(topic, queue_id, cpp_properties(i), born_ms), body,
+                           opaque=opaque, language="CPP", version=63).encode()
+
+
+def send_ring(topic: str, queues: int, body_len: int, n: int = 8192) -> tuple[bytes, int]:
+    """n SEND_MESSAGE frames of equal length back to back, cycling over the
+    queues, each with its own UNIQ_KEY and opaque; returns (ring, frame length)."""
+    body = b"\xa5" * body_len
+    frames = [send_frame(topic, i % queues, body, i, 10_000_000 + i) for i in range(n)]
+    flen = len(frames[0])
+    if any(len(f) != flen for f in frames):
+        raise ValueError("ring frames differ in length (queue ids must be single digits)")
+    return b"".join(frames), flen
+
+
+# -- pipelined sender ------------------------------------------------------------------
+
+
+class _Sender(asyncio.Protocol):
+    """Keeps `window` SEND_MESSAGE frames outstanding; each response frees a slot."""
+
+    def __init__(self, ring: bytes, flen: int, window: int, start_frame: int) -> None:
+        self.ring = memoryview(ring)
+        self.flen = flen
+        self.frames = len(ring) // flen
+        self.window = window
+        self.pos = start_frame % self.frames
+        self.buf = bytearray()
+        self.ok = 0
+        self.bad = 0
+        self.sending = False
+        self.outstanding = 0
+        self.transport: asyncio.Transport | None = None
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+    def start(self) -> None:
+        self.sending = True
+        self._send(self.window)
+
+    def _send(self, k: int) -> None:
+        t, ring, flen, frames = self.transport, self.ring, self.flen, self.frames
+        if t is None or t.is_closing():
+            return
+        self.outstanding += k
+        while k:
+            m = min(k, frames - self.pos)
+            t.write(ring[self.pos * flen:(self.pos + m) * flen])
+            self.pos = (self.pos + m) % frames
+            k -= m
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, end, n_ok, n = 0, len(buf), 0, 0
+        while end - pos >= 4:
+            size = int.from_bytes(buf[pos:pos + 4], "big")
+            if end - pos - 4 < size:
+                break
+            if buf[pos + 8:pos + 18] == _OK_HEAD:
+                n_ok += 1
+            n += 1
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        self.ok += n_ok
+        self.bad += n - n_ok
+        self.outstanding -= n
+        if self.sending and n:
+            self._send(n)
+
+
+async def _send_proc(addr: str, ring: bytes, flen: int, conns: int, window: int,
+                     t_start: float, warmup: float, duration: float,
+                     proc_index: int) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    host, _, port = addr.rpartition(":")
+    senders: list[_Sender] = []
+    for c in range(conns):
+        start_frame = (proc_index * conns + c) * 997
+        _, s = await loop.create_connection(
+            lambda sf=start_frame: _Sender(ring, flen, window, sf), host, int(port))
+        senders.append(s)
+    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
+    for s in senders:
+        s.start()
+    await asyncio.sleep(max(0.0, t_start + warmup - time.monotonic()))
+    t0, c0 = time.monotonic(), sum(s.ok for s in senders)
+    cpu0 = time.process_time()
+    await asyncio.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
+    t1, c1 = time.monotonic(), sum(s.ok for s in senders)
+    cpu1 = time.process_time()
+    for s in senders:
+        s.sending = False
+    # Let the outstanding answers arrive (bounded), then close.
+    deadline = time.monotonic() + 10.0
+    while any(s.outstanding for s in senders) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    for s in senders:
+        if s.transport is not None:
+            s.transport.close()
+    return {"msgs": c1 - c0, "secs": t1 - t0, "total_ok": sum(s.ok for s in senders),
+            "bad": sum(s.bad for s in senders), "gen_cpu_s": cpu1 - cpu0,
+            "unanswered": sum(s.outstanding for s in senders)}
+
+
+def _send_child(args: tuple[Any, ...]) -> dict[str, Any]:
+    return asyncio.run(_send_proc(*args))
+
+
+def send_load(server: Server, topic: str, queues: int, body_len: int, procs: int = 2,
+              conns: int = 4, window: int = 256, warmup: float = 1.0,
+              duration: float = 5.0) -> dict[str, Any]:
+    """Pipelined SEND_MESSAGE from procs x conns connections; code-0
+    responses per second in the window after warmup."""
+    ring, flen = send_ring(topic, queues, body_len)
+    ctx = multiprocessing.get_context("fork")
+    with BlockingClient(server.broker) as c:
+        before = sum(max_offsets(c, topic, queues))
+        with ctx.Pool(procs) as pool:
+            t_start = time.monotonic() + 0.5 + 0.2 * procs
+            jobs = [(server.broker, ring, flen, conns, window, t_start, warmup, duration, i)
+                    for i in range(procs)]
+            pending = pool.map_async(_send_child, jobs)
+            time.sleep(max(0.0, t_start + warmup - time.monotonic()))
+            cpu0, w0 = server.cpu_s(), time.monotonic()
+            time.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
+            cpu1, w1 = server.cpu_s(), time.monotonic()
+            results = pending.get(timeout=warmup + duration + 60)
+        stored = sum(max_offsets(c, topic, queues)) - before
+    msgs = sum(r["msgs"] for r in results)
+    rate = sum(r["msgs"] / r["secs"] for r in results)
+    return {
+        "body_len": body_len, "procs": procs, "conns": conns, "window": window,
+        "frame_bytes": flen, "msgs": msgs, "secs": max(r["secs"] for r in results),
+        "msgs_per_s": rate, "MBps": rate * body_len / 1e6,
+        "wire_MBps": rate * flen / 1e6,
+        "bad": sum(r["bad"] for r in results),
+        "unanswered": sum(r["unanswered"] for r in results),
+        "acked_total": sum(r["total_ok"] for r in results), "stored_total": stored,
+        "server_cpu_s": cpu1 - cpu0, "server_cpu_util": (cpu1 - cpu0) / (w1 - w0),
+        "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
+        "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / (w1 - w0),
+    }
+
+
+# -- preload + pull ------------------------------------------------------------------
+
+
+async def _preload(addr: str, topic: str, queues: int, per_queue: int, body_len: int,
+                   batch: int, window: int) -> float:
+    """Batch sends (code 10, batch "1"), round robin over the queues, until
+    each queue holds per_queue messages; returns the seconds taken."""
+    body = b"\x5a" * body_len
+    plan: list[tuple[int, int]] = []  # (queue, count)
+    for start in range(0, per_queue, batch):
+        for q in range(queues):
+            plan.append((q, min(batch, per_queue - start)))
+    cache: dict[int, bytes] = {}
+
+    def batch_body(n: int, seq: int) -> bytes:
+        return rmqcore.encode_batch([
+            (body, cpp_properties(seq + k).encode(), 0) for k in range(n)])
+
+    frames = []
+    for i, (q, n) in enumerate(plan):
+        b = cache.get(n) if i >= 64 else None
+        if b is None:
+            b = batch_body(n, i * batch)
+            cache.setdefault(n, b)
+        frames.append(RemotingCommand(10, send_fields(topic, q, "WAIT\x01true\x02", 0, True), b,
+                                      opaque=i + 1).encode())
+    loop = asyncio.get_running_loop()
+    host, _, port = addr.rpartition(":")
+    done = loop.create_future()
+    state = {"next": 0, "answered": 0, "bad": 0}
+    buf = bytearray()
+
+    class P(asyncio.Protocol):
+        def connection_made(self, t: asyncio.BaseTransport) -> None:
+            self.t = t
+
+        def data_received(self, data: bytes) -> None:
+            nonlocal buf
+            buf += data
+            pos, end, n = 0, len(buf), 0
+            while end - pos >= 4:
+                size = int.from_bytes(buf[pos:pos + 4], "big")
+                if end - pos - 4 < size:
+                    break
+                if buf[pos + 8:pos + 18] != _OK_HEAD:
+                    state["bad"] += 1
+                n += 1
+                pos += 4 + size
+            del buf[:pos]
+            state["answered"] += n
+            k = min(n, len(frames) - state["next"])
+            if k > 0:
+                self.t.write(b"".join(frames[state["next"]:state["next"] + k]))  # type: ignore[attr-defined]
+                state["next"] += k
+            if state["answered"] == len(frames) and not done.done():
+                done.set_result(None)
+
+    t, _ = await loop.create_connection(P, host, int(port))
+    t0 = time.monotonic()
+    k = min(window, len(frames))
+    t.write(b"".join(frames[:k]))
+    state["next"] = k
+    async with asyncio.timeout(600):
+        await done
+    secs = time.monotonic() - t0
+    t.close()
+    if state["bad"]:
+        raise RuntimeError(f"{state['bad']} batch sends failed while preloading")
+    return secs
+
+
+def preload(server: Server, topic: str, queues: int, per_queue: int, body_len: int = 128,
+            batch: int = 256, window: int = 16) -> dict[str, Any]:
+    create_topic(server.broker, topic, queues)
+    secs = asyncio.run(_preload(server.broker, topic, queues, per_queue, body_len, batch, window))
+    with BlockingClient(server.broker) as c:
+        offs = max_offsets(c, topic, queues)
+    if offs != [per_queue] * queues:
+        raise RuntimeError(f"preload left queue sizes {offs}, wanted {per_queue} each")
+    n = per_queue * queues
+    return {"msgs": n, "secs": secs, "msgs_per_s": n / secs, "batch": batch}
+
+
+def pull_frame(topic: str, queue_id: int, offset: int, opaque: int, max_msgs: int = 32,
+               sysflag: int = 4, suspend_ms: int = 20000) -> bytes:
+    """PULL_MESSAGE shaped like the C++ PullConsumer's (§15 of the protocol doc)."""
+    return RemotingCommand(11, {
+        "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "N/YT7X6tIcbS2dPZJLA4aoMqYSk=",
+        "commitOffset": "0", "consumerGroup": CONSUMER_GROUP, "maxMsgNums": str(max_msgs),
+        "queueId": str(queue_id), "queueOffset": str(offset), "subVersion": "0",
+        "subscription": "*", "suspendTimeoutMillis": str(suspend_ms), "sysFlag": str(sysflag),
+        "topic": topic,
+    }, opaque=opaque, language="CPP", version=63).encode()
+
+
+def count_records(body: bytes | bytearray | memoryview, start: int, end: int) -> int:
+    """Records in data[start:end] by walking TOTALSIZE."""
+    n = 0
+    while start < end:
+        start += int.from_bytes(body[start:start + 4], "big")
+        n += 1
+    return n
+
+
+class _Puller(asyncio.Protocol):
+    def __init__(self, frames: list[bytes], window: int, done: asyncio.Future[None]) -> None:
+        self.frames = frames
+        self.window = window
+        self.next = 0
+        self.answered = 0
+        self.msgs = 0
+        self.bad = 0
+        self.buf = bytearray()
+        self.done = done
+        self.t_end = 0.0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def start(self) -> None:
+        self._send(min(self.window, len(self.frames)))
+        if not self.frames:
+            self.done.set_result(None)
+
+    def _send(self, k: int) -> None:
+        if k > 0 and self.transport is not None:
+            self.transport.write(b"".join(self.frames[self.next:self.next + k]))
+            self.next += k
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, end, n = 0, len(buf), 0
+        while end - pos >= 4:
+            size = int.from_bytes(buf[pos:pos + 4], "big")
+            if end - pos - 4 < size:
+                break
+            if buf[pos + 8:pos + 18] == _OK_HEAD:
+                hlen = int.from_bytes(buf[pos + 5:pos + 8], "big")
+                self.msgs += count_records(buf, pos + 8 + hlen, pos + 4 + size)
+            else:
+                self.bad += 1
+            n += 1
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        self.answered += n
+        self._send(min(n, len(self.frames) - self.next))
+        if self.answered == len(self.frames) and not self.done.done():
+            self.t_end = time.monotonic()
+            self.done.set_result(None)
+
+
+async def _pull_proc(addr: str, topic: str, plan: list[list[tuple[int, int]]], per_queue: int,
+                     max_msgs: int, window: int, t_start: float) -> dict[str, Any]:
+    """plan[c] = the (queue, start offset) ... of connection c: it pulls its
+    queues from 0 to per_queue in steps of max_msgs, interleaved."""
+    loop = asyncio.get_running_loop()
+    host, _, port = addr.rpartition(":")
+    pullers: list[_Puller] = []
+    opaque = 1
+    for queues in plan:
+        frames = []
+        for off in range(0, per_queue, max_msgs):
+            for q, _ in queues:
+                frames.append(pull_frame(topic, q, off, opaque, max_msgs))
+                opaque += 1
+        done = loop.create_future()
+        _, p = await loop.create_connection(
+            lambda f=frames, d=done: _Puller(f, window, d), host, int(port))
+        pullers.append(p)
+    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
+    cpu0 = time.process_time()
+    for p in pullers:
+        p.start()
+    async with asyncio.timeout(300):
+        await asyncio.gather(*(p.done for p in pullers))
+    cpu1 = time.process_time()
+    for p in pullers:
+        if p.transport is not None:
+            p.transport.close()
+    return {"msgs": sum(p.msgs for p in pullers), "bad": sum(p.bad for p in pullers),
+            "pulls": sum(len(p.frames) for p in pullers),
+            "t_end": max(p.t_end for p in pullers), "gen_cpu_s": cpu1 - cpu0}
+
+
+def _pull_child(args: tuple[Any, ...]) -> dict[str, Any]:
+    return asyncio.run(_pull_proc(*args))
+
+
+def pull_all(server: Server, topic: str, queues: int, per_queue: int, procs: int = 2,
+             conns: int = 4, window: int = 64, max_msgs: int = 32) -> dict[str, Any]:
+    """Read every message of topic (per_queue in each queue) with pipelined
+    PULL_MESSAGE; returns messages/s from the common start to the last answer."""
+    slots = procs * conns
+    assign: list[list[tuple[int, int]]] = [[] for _ in range(slots)]
+    for q in range(queues):
+        assign[q % slots].append((q, 0))
+    plans = [assign[p * conns:(p + 1) * conns] for p in range(procs)]
+    plans = [[c for c in plan if c] for plan in plans]
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(procs) as pool:
+        t_start = time.monotonic() + 1.0 + 0.3 * procs
+        pending = pool.map_async(_pull_child, [
+            (server.broker, topic, plan, per_queue, max_msgs, window, t_start)
+            for plan in plans])
+        time.sleep(max(0.0, t_start - time.monotonic()))
+        cpu0 = server.cpu_s()
+        results = pending.get(timeout=400)
+        cpu1 = server.cpu_s()
+    t_end = max(r["t_end"] for r in results)
+    secs = t_end - t_start
+    msgs = sum(r["msgs"] for r in results)
+    return {
+        "msgs": msgs, "expected": queues * per_queue, "secs": secs, "msgs_per_s": msgs / secs,
+        "bad": sum(r["bad"] for r in results), "pulls": sum(r["pulls"] for r in results),
+        "procs": procs, "conns": conns, "window": window, "max_msgs": max_msgs,
+        "queues": queues, "server_cpu_s": cpu1 - cpu0,
+        "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, msgs) * 1e6,
+        "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / secs,
+    }
+
+
+# -- produce-to-consume latency --------------------------------------------------------
+
+
+def _pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+async def _latency(addr: str, topic: str, queues: int, rate: float, warmup: float,
+                   duration: float, body_len: int) -> dict[str, Any]:
+    from pyrmq.remoting import RemotingClient
+
+    client = RemotingClient(name="bench-consumer")
+    producer = RemotingClient(name="bench-producer")
+    pconn = await producer.connection(addr)
+    cconn = await client.connection(addr)
+    lat_ns: list[int] = []
+    rtt_ns: list[int] = []
+    t_start = time.perf_counter_ns()
+    measure_from = t_start + int(warmup * 1e9)
+    stop_at = measure_from + int(duration * 1e9)
+    stopping = False
+    bad: dict[str, int] = {}
+
+    offsets = []
+    for q in range(queues):
+        r = await cconn.invoke(RemotingCommand(30, {"topic": topic, "queueId": str(q)}), 5)
+        offsets.append(int(r.ext_fields["offset"]))
+
+    async def consume(q: int) -> None:
+        off = offsets[q]
+        while not stopping:
+            fields = {
+                "commitOffset": "-1", "consumerGroup": CONSUMER_GROUP, "maxMsgNums": "32",
+                "queueId": str(q), "queueOffset": str(off), "subVersion": "0",
+                "subscription": "*", "suspendTimeoutMillis": "15000", "sysFlag": "6",
+                "topic": topic}
+            resp = await cconn.invoke(RemotingCommand(11, fields), 30)
+            now = time.perf_counter_ns()
+            if resp.code == 0:
+                for rec in rmqcore.decode_records(resp.body, False):
+                    sent = int.from_bytes(rec["body"][:8], "big")
+                    if sent >= measure_from:
+                        lat_ns.append(now - sent)
+            elif resp.code != 19:
+                bad[str(resp.code)] = bad.get(str(resp.code), 0) + 1
+            off = int(resp.ext_fields.get("nextBeginOffset", off))
+
+    consumers = [asyncio.create_task(consume(q)) for q in range(queues)]
+    await asyncio.sleep(0.2)  # the pulls are held before the first send
+    pad = b"\x00" * (body_len - 8)
+    sends: list[asyncio.Future[RemotingCommand]] = []
+
+    async def send_one(i: int) -> None:
+        t = time.perf_counter_ns()
+        cmd = RemotingCommand(10, send_fields(topic, i % queues, cpp_properties(i), t // 10**6),
+                              t.to_bytes(8, "big") + pad, language="CPP", version=63)
+        r = await pconn.invoke(cmd, 10)
+        if t >= measure_from:
+            rtt_ns.append(time.perf_counter_ns() - t)
+        if r.code != 0:
+            bad[f"send {r.code}"] = bad.get(f"send {r.code}", 0) + 1
+
+    t0 = time.perf_counter_ns()
+    i = 0
+    sent = 0
+    while True:
+        due = t0 + int(i * 1e9 / rate)
+        now = time.perf_counter_ns()
+        if now >= stop_at:
+            break
+        if due > now:
+            await asyncio.sleep((due - now) / 1e9)
+        sends.append(asyncio.ensure_future(send_one(i)))
+        if time.perf_counter_ns() >= measure_from:
+            sent += 1
+        i += 1
+    await asyncio.gather(*sends)
+    await asyncio.sleep(0.5)  # the last messages reach the consumer
+    stopping = True
+    for t in consumers:
+        t.cancel()
+    await asyncio.gather(*consumers, return_exceptions=True)
+    await client.shutdown()
+    await producer.shutdown()
+    lat = sorted(x / 1e6 for x in lat_ns)
+    rtt = sorted(x / 1e6 for x in rtt_ns)
+    return {
+        "rate": rate, "duration_s": duration, "sent": sent, "received": len(lat),
+        "achieved_rate": sent / duration, "bad": bad,
+        "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "p999_ms": _pct(lat, 0.999),
+        "max_ms": lat[-1] if lat else float("nan"),
+        "send_rtt_p50_ms": _pct(rtt, 0.5), "send_rtt_p99_ms": _pct(rtt, 0.99),
+        "send_rtt_p999_ms": _pct(rtt, 0.999),
+    }
+
+
+def latency(server: Server, topic: str, queues: int = 4, rate: float = 1000.0,
+            warmup: float = 1.0, duration: float = 10.0, body_len: int = 128) -> dict[str, Any]:
+    create_topic(server.broker, topic, queues)
+    return asyncio.run(_latency(server.broker, topic, queues, rate, warmup, duration, body_len))
+
+
+# -- the real C++ client -------------------------------------------------------------
+
+
+def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs in its own process (the C++ client keeps global state)."""
+    from rocketmq.client import Message, Producer  # type: ignore[import-untyped]
+
+    body = "x" * args.body
+    prod = Producer(PRODUCER_GROUP + f"_{os.getpid()}")
+    prod.set_namesrv_addr(args.namesrv)
+    prod.start()
+    counts = [0] * args.threads
+    errors = [0] * args.threads
+    stop = threading.Event()
+    mode = args.mode
+
+    def work(k: int) -> None:
+        msg = Message(args.topic)
+        msg.set_keys(f"k{k}")
+        msg.set_tags("TagA")
+        msg.set_body(body)
+        send = prod.send_sync if mode == "sync" else prod.send_oneway
+        while not stop.is_set():
+            try:
+                r = send(msg)
+                if mode == "sync" and int(r.status) != 0:
+                    errors[k] += 1
+                else:
+                    counts[k] += 1
+            except Exception:
+                errors[k] += 1
+                time.sleep(0.001)
+
+    # One synchronous send first: routes are fetched and the connection is up.
+    first = Message(args.topic)
+    first.set_body(body)
+    prod.send_sync(first)
+    threads = [threading.Thread(target=work, args=(k,), daemon=True)
+               for k in range(args.threads)]
+    with BlockingClient(args.broker) as c:
+        for t in threads:
+            t.start()
+        time.sleep(args.warmup)
+        t0, n0, s0 = time.monotonic(), sum(counts), sum(max_offsets(c, args.topic, args.queues))
+        cpu0, scpu0 = time.process_time(), proc_cpu_s(args.server_pid)
+        time.sleep(args.seconds)
+        t1, n1, s1 = time.monotonic(), sum(counts), sum(max_offsets(c, args.topic, args.queues))
+        cpu1, scpu1 = time.process_time(), proc_cpu_s(args.server_pid)
+        stop.set()
+        for t in threads:
+            t.join(15)
+    prod.shutdown()
+    secs = t1 - t0
+    server_msgs = s1 - s0
+    return {
+        "mode": mode, "threads": args.threads, "body_len": args.body, "secs": secs,
+        "client_msgs": n1 - n0, "client_msgs_per_s": (n1 - n0) / secs,
+        "server_msgs": server_msgs, "server_msgs_per_s": server_msgs / secs,
+        "errors": sum(errors),
+        "client_cpu_util": (cpu1 - cpu0) / secs,
+        "client_cpu_us_per_msg": (cpu1 - cpu0) / max(1, server_msgs) * 1e6,
+        "server_cpu_util": (scpu1 - scpu0) / secs,
+        "server_cpu_us_per_msg": (scpu1 - scpu0) / max(1, server_msgs) * 1e6,
+    }
+
+
+def cpp_producer(server: Server, topic: str, queues: int, mode: str, threads: int = 4,
+                 seconds: float = 10.0, warmup: float = 2.0, body_len: int = 128) -> dict[str, Any]:
+    """The C++ producer in a child process; its JSON result."""
+    cmd = [sys.executable, "-m", "bench.broker_load", "cpp", "--namesrv", server.namesrv,
+           "--broker", server.broker, "--topic", topic, "--queues", str(queues),
+           "--mode", mode, "--threads", str(threads), "--seconds", str(seconds),
+           "--warmup", str(warmup), "--body", str(body_len), "--server-pid", str(server.pid)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                         timeout=seconds + warmup + 90, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"C++ producer run failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+# -- command line (one workload by hand) -----------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("cpp", help="the C++ producer (used by cpp_producer)")
+    c.add_argument("--namesrv", required=True)
+    c.add_argument("--broker", required=True, help="where GET_MAX_OFFSET is asked")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--queues", type=int, default=4)
+    c.add_argument("--mode", choices=("sync", "oneway"), default="sync")
+    c.add_argument("--threads", type=int, default=4)
+    c.add_argument("--seconds", type=float, default=10.0)
+    c.add_argument("--warmup", type=float, default=2.0)
+    c.add_argument("--body", type=int, default=128)
+    c.add_argument("--server-pid", type=int, required=True)
+    for name in ("send", "pull", "latency"):
+        s = sub.add_parser(name, help=f"the {name} workload against a running broker")
+        s.add_argument("--addr", required=True, help="broker ip:port")
+        s.add_argument("--pid", type=int, required=True, help="the broker's PID (CPU time)")
+        s.add_argument("--topic", default=f"BenchT{name.title()}{os.getpid()}")
+        s.add_argument("--queues", type=int, default=8)
+        s.add_argument("--body", type=int, default=128)
+        s.add_argument("--seconds", type=float, default=5.0)
+        s.add_argument("--procs", type=int, default=2)
+        s.add_argument("--conns", type=int, default=4)
+        s.add_argument("--window", type=int, default=256)
+        s.add_argument("--messages", type=int, default=200_000, help="pull: preloaded total")
+        s.add_argument("--rate", type=float, default=1000.0, help="latency: msgs/s")
+    args = p.parse_args(argv)
+    if args.cmd == "cpp":
+        print(json.dumps(_cpp_child(args)), flush=True)
+        return 0
+    srv = Server("external", args.addr, args.addr, args.pid, None, "")  # type: ignore[arg-type]
+    if args.cmd == "send":
+        create_topic(args.addr, args.topic, args.queues)
+        res = send_load(srv, args.topic, args.queues, args.body, args.procs, args.conns,
+                        args.window, duration=args.seconds)
+    elif args.cmd == "pull":
+        per_queue = args.messages // args.queues
+        pre = preload(srv, args.topic, args.queues, per_queue, args.body)
+        res = {"preload": pre, **pull_all(srv, args.topic, args.queues, per_queue,
+                                         args.procs, args.conns, min(args.window, 64))}
+    else:
+        res = latency(srv, args.topic, min(args.queues, 4), args.rate, 1.0, args.seconds,
+                      args.body)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""Measure the broker over TCP and print one Markdown table.
+
+The servers run as their own processes (``pyrmq standalone``, and the
+trivial bench.answer_server as the reference); the load generators of
+bench.broker_load run beside them on the same machine, so every figure
+includes the generator's share of the CPUs.
+
+Usage: ``python -m bench.broker_report [--dir DIR] [--quick] [--json out.json] [--repeat N]``
+
+Sections (see bench/README.md, "Broker", for what each figure means):
+  a. the real C++ client (rocketmq==0.4.4), 4 threads, send_sync and
+     send_oneway, against pyrmq and against the answer server
+  b. broker capacity: pipelined pre-encoded SEND_MESSAGE, 2 processes x 4
+     connections x 256 outstanding, 128 B and 1 KiB, ASYNC_FLUSH and SYNC_FLUSH
+  c. pull throughput: a preloaded topic read back with pipelined PULL_MESSAGE
+  d. produce-to-consume latency at 1,000 msgs/s with long-poll pulls
+
+Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench import broker_load as bl
+from bench import limits
+from bench.store_report import Row, _met, _n, describe_machine, render
+
+_T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Durations, counts and repeats of one run."""
+
+    cpp_s: float
+    cpp_warmup_s: float
+    cpp_threads: int
+    send_s: float
+    send_warmup_s: float
+    pull_msgs: int
+    latency_s: float
+    repeat: int
+    tcp_bytes: int
+
+    @classmethod
+    def make(cls, quick: bool) -> Budget:
+        if quick:
+            return cls(cpp_s=3.0, cpp_warmup_s=1.0, cpp_threads=4, send_s=2.0,
+                       send_warmup_s=0.5, pull_msgs=200_000, latency_s=4.0, repeat=1,
+                       tcp_bytes=128 << 20)
+        return cls(cpp_s=10.0, cpp_warmup_s=2.0, cpp_threads=4, send_s=5.0,
+                   send_warmup_s=1.0, pull_msgs=500_000, latency_s=10.0, repeat=2,
+                   tcp_bytes=512 << 20)
+
+
+def best(runs: list[dict[str, Any]], key: str = "msgs_per_s") -> dict[str, Any]:
+    """The best run plus every run's figure ('runs'): interference on a
+    shared VM only ever slows a run down."""
+    top = max(runs, key=lambda r: r[key])
+    return {**top, "runs": [round(r[key], 1) for r in runs]}
+
+
+# -- sections -------------------------------------------------------------------------
+
+
+def run_cpp(b: Budget, brk: bl.Server, ans: bl.Server) -> dict[str, Any]:
+    """(a) C++ producer, pyrmq vs the answer server, interleaved per repeat."""
+    topic = "BenchCpp"
+    bl.create_topic(brk.broker, topic, 4)
+    bl.wait_route(brk.namesrv, topic)
+    out: dict[str, Any] = {}
+    for mode in ("sync", "oneway"):
+        runs: dict[str, list[dict[str, Any]]] = {"pyrmq": [], "answer": []}
+        for _ in range(b.repeat):
+            for name, srv in (("answer", ans), ("pyrmq", brk)):
+                r = bl.cpp_producer(srv, topic, 4, mode, b.cpp_threads, b.cpp_s, b.cpp_warmup_s)
+                log(f"C++ {mode}, {name}: {_n(r['server_msgs_per_s'])} msg/s at the server "
+                    f"({_n(r['client_msgs_per_s'])} at the client, {r['errors']} errors); "
+                    f"client {r['client_cpu_us_per_msg']:.0f} µs CPU/msg, server "
+                    f"{r['server_cpu_us_per_msg']:.1f} µs CPU/msg")
+                runs[name].append(r)
+        out[mode] = {k: best(v, "server_msgs_per_s") for k, v in runs.items()}
+        out[mode]["paired_ratios"] = [
+            round(p["server_msgs_per_s"] / a["server_msgs_per_s"], 3)
+            for p, a in zip(runs["pyrmq"], runs["answer"], strict=True)]
+    return out
+
+
+SEND_SHAPES = {"pipelined": (2, 4, 256), "32 outstanding": (1, 4, 8)}
+
+
+def run_send(b: Budget, srv: bl.Server, flush: str, cases: list[tuple[int, str]],
+             tag: str) -> list[dict[str, Any]]:
+    """(b) pipelined SEND_MESSAGE, best of b.repeat per (body, shape)."""
+    out = []
+    for body_len, shape in cases:
+        procs, conns, window = SEND_SHAPES[shape]
+        topic = f"BenchSend{tag}{body_len}{procs}{conns}{window}"
+        bl.create_topic(srv.broker, topic, 8)
+        runs = []
+        for _ in range(b.repeat):
+            r = bl.send_load(srv, topic, 8, body_len, procs, conns, window,
+                             b.send_warmup_s, b.send_s)
+            log(f"send {tag} {flush} {body_len} B {procs}x{conns}x{window}: "
+                f"{_n(r['msgs_per_s'])} msg/s, {_n(r['MBps'], 1)} MB/s; server "
+                f"{r['server_cpu_util']:.0%} CPU, {r['server_cpu_us_per_msg']:.1f} µs/msg; "
+                f"generator {r['gen_cpu_util']:.0%} CPU; bad {r['bad']}")
+            if r["bad"]:
+                raise RuntimeError(f"{r['bad']} sends were not answered SUCCESS\n"
+                                   f"{srv.log_tail()}")
+            runs.append(r)
+        out.append({"server": tag, "flush": flush, "shape": shape, **best(runs)})
+    return out
+
+
+def run_pull(b: Budget, root: str) -> dict[str, Any]:
+    """(c) preload, then read everything back, best of b.repeat + 1."""
+    queues = 8
+    per_queue = b.pull_msgs // queues
+    with bl.standalone(root, "ASYNC_FLUSH") as srv:
+        log(f"pull: preloading {per_queue * queues:,} x 128 B into {queues} queues")
+        pre = bl.preload(srv, "BenchPull", queues, per_queue, 128)
+        log(f"  preloaded in {pre['secs']:.2f} s ({_n(pre['msgs_per_s'])} msg/s, "
+            f"batches of {pre['batch']})")
+        runs = []
+        for _ in range(b.repeat + 1):
+            r = bl.pull_all(srv, "BenchPull", queues, per_queue)
+            log(f"pull: {_n(r['msgs_per_s'])} msg/s ({r['msgs']:,} in {r['secs']:.3f} s, "
+                f"{r['pulls']:,} pulls); server {r['server_cpu_us_per_msg']:.2f} µs CPU/msg")
+            if r["msgs"] != r["expected"] or r["bad"]:
+                raise RuntimeError(f"pulled {r['msgs']:,} of {r['expected']:,}, "
+                                   f"{r['bad']} failed pulls")
+            runs.append(r)
+    return {"preload": pre, **best(runs)}
+
+
+def run_latency(b: Budget, srv: bl.Server, flush: str) -> dict[str, Any]:
+    """(d) best of b.repeat by p99."""
+    runs = []
+    for i in range(b.repeat):
+        r = bl.latency(srv, f"BenchLat{flush[:4]}{i}", 4, 1000.0, 1.0, b.latency_s)
+        log(f"latency {flush}: p50 {r['p50_ms']:.2f} / p99 {r['p99_ms']:.2f} / p99.9 "
+            f"{r['p999_ms']:.2f} ms ({r['received']:,} of {r['sent']:,}); send RTT p99 "
+            f"{r['send_rtt_p99_ms']:.2f} ms")
+        runs.append(r)
+    top = min(runs, key=lambda r: r["p99_ms"])
+    return {"flush": flush, **top, "runs_p99_ms": [round(r["p99_ms"], 3) for r in runs]}
+
+
+# -- table ----------------------------------------------------------------------------
+
+
+def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]],
+               pull: dict[str, Any], lat: list[dict[str, Any]]) -> list[Row]:
+    """The table; sections that did not run (empty arguments) are left out."""
+    rows = [Row("0", "loopback TCP, 256 KiB sends (bench.limits)", f"{_n(tcp_MBps)} MB/s")]
+    for mode, call in (("sync", "send_sync"), ("oneway", "send_oneway")):
+        if mode not in cpp:
+            continue
+        c = cpp[mode]
+        p, a = c["pyrmq"], c["answer"]
+        ratio = p["server_msgs_per_s"] / a["server_msgs_per_s"]
+        rows.append(Row(
+            "a", f"C++ client {call}, {p['threads']} threads, 128 B (counted at the server; "
+            f"CPU/msg client {p['client_cpu_us_per_msg']:.0f} µs, server "
+            f"{p['server_cpu_us_per_msg']:.1f} µs vs {a['server_cpu_us_per_msg']:.1f} µs)",
+            f"{_n(p['server_msgs_per_s'])} msg/s",
+            f"answer server {_n(a['server_msgs_per_s'])} msg/s", f"{ratio:.2f}",
+            "≥ 0.8", _met(ratio >= 0.8, f"{ratio / 0.8:.2f}x target")))
+
+    def find(server: str, flush: str, body: int, shape: str) -> dict[str, Any] | None:
+        return next((s for s in sends if s["server"] == server and s["flush"] == flush
+                     and s["body_len"] == body and s["shape"] == shape), None)
+
+    for s in sends:
+        if s["server"] != "pyrmq":
+            continue
+        shape = f"{s['procs']} procs x {s['conns']} conns x {s['window']} outstanding"
+        what = (f"SEND_MESSAGE {s['body_len']} B, {s['flush']}, {shape} "
+                f"(broker {s['server_cpu_us_per_msg']:.1f} µs CPU/msg, "
+                f"{s['server_cpu_util']:.0%} of a CPU)")
+        value = f"{_n(s['msgs_per_s'])} msg/s, {_n(s['MBps'], 1)} MB/s"
+        ref, ratio, target, met = "", "", "", ""
+        if s["flush"] == "ASYNC_FLUSH":
+            a = find("answer", "ASYNC_FLUSH", s["body_len"], s["shape"])
+            if a:
+                ref = f"answer server {_n(a['msgs_per_s'])} msg/s"
+                ratio = f"{s['msgs_per_s'] / a['msgs_per_s']:.2f}"
+            if s["body_len"] == 128 and s["shape"] == "pipelined":
+                target = "≥ 50,000 msg/s"
+                met = _met(s["msgs_per_s"] >= 5e4, f"{s['msgs_per_s'] / 5e4:.2f}x target")
+        else:
+            a = find("pyrmq", "ASYNC_FLUSH", s["body_len"], "pipelined")
+            if a:
+                r = s["msgs_per_s"] / a["msgs_per_s"]
+                ref, ratio = f"ASYNC_FLUSH {_n(a['msgs_per_s'])} msg/s", f"{r:.2f}"
+                if s["shape"] == "pipelined" and s["body_len"] == 128:
+                    # "SYNC >= half of the ASYNC target"; the ratio column
+                    # compares with the ASYNC figure measured in this run.
+                    target = "≥ 25,000 msg/s (half the ASYNC target)"
+                    met = _met(s["msgs_per_s"] >= 2.5e4, f"{s['msgs_per_s'] / 2.5e4:.2f}x target")
+        rows.append(Row("b", what, value, ref, ratio, target, met))
+
+    if pull:
+        pre = pull["preload"]
+        rows.append(Row("c", f"preload: batch SEND_MESSAGE of {pre['batch']} x 128 B, "
+                        "16 outstanding, 1 connection", f"{_n(pre['msgs_per_s'])} msg/s"))
+        mbps = pull["msgs_per_s"] * 128 / 1e6
+        rows.append(Row(
+            "c", f"PULL_MESSAGE {pull['expected']:,} x 128 B, {pull['queues']} queues, "
+            f"maxMsgNums {pull['max_msgs']}, {pull['procs']} procs x {pull['conns']} conns x "
+            f"{pull['window']} outstanding (broker {pull['server_cpu_us_per_msg']:.2f} µs CPU/msg)",
+            f"{_n(pull['msgs_per_s'])} msg/s, {_n(mbps, 1)} MB/s",
+            "", "", "≥ 100,000 msg/s",
+            _met(pull["msgs_per_s"] >= 1e5, f"{pull['msgs_per_s'] / 1e5:.2f}x target")))
+    for r in lat:
+        rows.append(Row(
+            "d", f"produce-to-consume latency, {r['flush']}, 1,000 msg/s for "
+            f"{r['duration_s']:.0f} s (p50 / p99 / p99.9; {r['received']:,} msgs)",
+            f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f} / {r['p999_ms']:.2f} ms", "", "",
+            "p99 < 10 ms", _met(r["p99_ms"] < 10, f"{r['p99_ms'] / 10:.1f}x target")))
+        rows.append(Row(
+            "d", f"… send round trip, {r['flush']} (p50 / p99 / p99.9)",
+            f"{r['send_rtt_p50_ms']:.2f} / {r['send_rtt_p99_ms']:.2f} / "
+            f"{r['send_rtt_p999_ms']:.2f} ms"))
+    return rows
+
+
+def git_head() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, cwd=bl.REPO, timeout=10, check=False)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@contextlib.contextmanager
+def _servers(root: str, flush: str) -> Iterator[bl.Server]:
+    with bl.standalone(root, flush) as srv:
+        log(f"pyrmq standalone {flush}: broker {srv.broker}, pid {srv.pid}")
+        yield srv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=tempfile.gettempdir(),
+                        help="directory (filesystem) for the brokers' stores")
+    parser.add_argument("--quick", action="store_true", help="short runs (~2 min)")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON here")
+    parser.add_argument("--repeat", type=int, default=0,
+                        help="runs per case, best kept (default: 2, or 1 with --quick)")
+    parser.add_argument("--sections", default="abcd",
+                        help="which sections to run, e.g. 'a' or 'bd' (default: abcd)")
+    args = parser.parse_args(argv)
+    os.makedirs(args.dir, exist_ok=True)
+    b = Budget.make(args.quick)
+    if args.repeat > 0:
+        b = dataclasses.replace(b, repeat=args.repeat)
+    machine = describe_machine(args.dir)
+    machine["git"] = git_head()
+    log(f"broker report on {machine['dir']} ({'quick' if args.quick else 'full'}), "
+        f"tree {machine['git']}")
+
+    log("limits: loopback TCP")
+    tcp = max(limits.loopback_tcp_bandwidth(b.tcp_bytes) for _ in range(b.repeat)) / 1e6
+    cpp: dict[str, Any] = {}
+    sends: list[dict[str, Any]] = []
+    lat: list[dict[str, Any]] = []
+    every = [(128, "pipelined"), (1024, "pipelined")]
+    pull: dict[str, Any] = {}
+    sec = set(args.sections)
+    if sec & set("abd"):
+        with bl.answer_server(args.dir, queues=4) as ans:
+            log(f"answer server {ans.broker}, pid {ans.pid}")
+            with _servers(args.dir, "ASYNC_FLUSH") as brk:
+                if "a" in sec:
+                    cpp = run_cpp(b, brk, ans)
+                if "b" in sec:
+                    sends += run_send(b, ans, "ASYNC_FLUSH", every, "answer")
+                    sends += run_send(b, brk, "ASYNC_FLUSH", every, "pyrmq")
+                if "d" in sec:
+                    lat.append(run_latency(b, brk, "ASYNC_FLUSH"))
+    if sec & set("bd"):
+        with _servers(args.dir, "SYNC_FLUSH") as brk:
+            if "b" in sec:
+                sends += run_send(b, brk, "SYNC_FLUSH", [*every, (128, "32 outstanding")],
+                                  "pyrmq")
+            if "d" in sec:
+                lat.append(run_latency(b, brk, "SYNC_FLUSH"))
+    if "c" in sec:
+        pull = run_pull(b, args.dir)
+
+    rows = build_rows(tcp, cpp, sends, pull, lat)
+    elapsed = time.perf_counter() - _T0
+    log(f"done in {elapsed:.0f} s")
+    print(f"pyrmq broker report ({'quick' if args.quick else 'full'} run, best of {b.repeat}, "
+          f"{elapsed:.0f} s, tree {machine['git']})\n")
+    print(f"Machine: {machine.get('nproc')} CPUs ({machine.get('cpu', '?')}), "
+          f"{machine.get('ram_gib', '?')} GiB RAM, kernel {machine['kernel']}, "
+          f"Python {machine['python']}; stores in {machine['dir']} on {machine['filesystem']}\n")
+    print(render(rows))
+    if args.json:
+        doc = {"machine": machine, "quick": args.quick, "sections": args.sections,
+               "elapsed_s": elapsed,
+               "budget": dataclasses.asdict(b), "loopback_tcp_MBps": tcp, "cpp_client": cpp,
+               "send": sends, "pull": pull, "latency": lat,
+               "rows": [dataclasses.asdict(r) for r in rows]}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2, default=str)
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
