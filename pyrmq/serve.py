@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -70,6 +71,10 @@ async def _until_signalled() -> None:
 
 
 def _ready(path: str | None, **info: Any) -> None:
+    # Everything allocated while starting lives as long as the process: keep
+    # it out of the collector's generations (the SYNC_FLUSH send profile
+    # showed 11% in gc).
+    gc.freeze()
     if path:
         write_json_atomic(path, dict(info, pid=os.getpid()))
 

@@ -71,6 +71,7 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._out: list[bytes] | None = None
+        self._soon: list[bytes] | None = None
         self._queue: collections.deque[bytes | FileBody] = collections.deque()
         self._file_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -193,6 +194,20 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: RemotingCommand) -> None:
         """Queue a frame (request or response) for the peer."""
         self.send_bytes(cmd.encode())
+
+    def send_soon(self, cmd: RemotingCommand) -> None:
+        """Queue a frame to go out at the end of this loop iteration, in one
+        write with the others queued meanwhile (answers completed together,
+        such as every send served by one group commit)."""
+        if self._soon is None:
+            self._soon = []
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        self._soon.append(cmd.encode())
+
+    def _flush_soon(self) -> None:
+        frames, self._soon = self._soon, None
+        if frames:
+            self._write(b"".join(frames) if len(frames) > 1 else frames[0])
 
     def send_bytes(self, frame: bytes) -> None:
         if self._out is not None:
@@ -331,7 +346,6 @@ class Connection(asyncio.Protocol):
     @property
     def pending_requests(self) -> int:
         return len(self._pending)
-
 
 
 class FileRanges:

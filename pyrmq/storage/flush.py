@@ -45,6 +45,7 @@ class GroupCommitService:
         self._sweeper: asyncio.TimerHandle | None = None
         self._flushed = core.flushed_offset
         self.flush_count = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def flushed_offset(self) -> int:
@@ -53,7 +54,9 @@ class GroupCommitService:
     def wait_flushed(self, offset: int) -> asyncio.Future[bool]:
         """A future: True once CommitLog bytes below offset are durable, False
         when the timeout passed first; the flush's exception if it failed."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         if offset <= self._flushed:
             fut.set_result(True)

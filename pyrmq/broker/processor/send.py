@@ -9,6 +9,7 @@ compressed or not, with the flag kept."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import zlib
@@ -39,7 +40,7 @@ from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.connection import Connection, HandlerResult
 from pyrmq.storage import MessageStore
-from pyrmq.storage.message_store import PutMessageStatus, encode_host
+from pyrmq.storage.message_store import encode_host
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -63,6 +64,7 @@ V2_FIELDS = {
 _TRUE = ("1", "true", "True", "TRUE")
 SYSFLAG_COMPRESSED = rmqcore.SYSFLAG_COMPRESSED
 _TX_MASK = 0xC
+_INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "reconsumeTimes", "flag")
 
 
 def _int(fields: dict[str, str], key: str, default: int | None = None) -> int:
@@ -124,16 +126,23 @@ class SendMessageProcessor:
         if not topic:
             raise MessageIllegalError("the request header lacks topic")
         tc = self._topic_for_send(topic, f)
-        queue_id = _int(f, "queueId", -1)
+        g = f.get
+        try:
+            queue_id = int(g("queueId") or -1)
+            sysflag = int(g("sysFlag") or 0)
+            born_ts = int(g("bornTimestamp") or 0)
+            reconsume = int(g("reconsumeTimes") or 0)
+            user_flag = int(g("flag") or 0)
+        except ValueError:
+            got = {k: g(k) for k in _INT_FIELDS}
+            raise MessageIllegalError(f"these header fields must be integers: {got}") from None
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
         elif queue_id >= tc.queue_nums:
             raise BrokerSystemError(
                 f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues"
             )
-        sysflag = _int(f, "sysFlag", 0)
-        born_ts = _int(f, "bornTimestamp", 0)
-        props = f.get("properties", "")
+        props = g("properties", "")
         body = cmd.body
         if len(body) > self.max_message_size and not batch:
             raise MessageIllegalError(
@@ -142,7 +151,6 @@ class SendMessageProcessor:
         try:
             if batch:
                 return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, f)
-            reconsume = _int(f, "reconsumeTimes", 0)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
                 if reconsume >= max_times:
@@ -156,7 +164,7 @@ class SendMessageProcessor:
                 queue_id,
                 body,
                 props,
-                flag=_int(f, "flag", 0),
+                flag=user_flag,
                 sysflag=sysflag,
                 born_timestamp=born_ts,
                 born_host=born_host_of(conn),
@@ -171,10 +179,16 @@ class SendMessageProcessor:
             ) from None
         except StoreError as e:
             raise BrokerSystemError(f"store error: {e}") from None
-        return self._answer(cmd, r, r.msg_id, queue_id, props)
+        return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
     def _answer(
-        self, cmd: RemotingCommand, r: rmqcore.AppendResult, msg_id: str, queue_id: int, props: str
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        r: rmqcore.AppendResult,
+        msg_id: str,
+        queue_id: int,
+        props: str,
     ) -> HandlerResult:
         """The send response (SendMessageResponseHeader; values as strings),
         after the append is durable in SYNC_FLUSH unless WAIT is false."""
@@ -186,18 +200,11 @@ class SendMessageProcessor:
             "TRACE_ON": "true",
         }
         if self._sync and "WAIT\x01false" not in props:
-            return self._after_durable(cmd, r, ext)
+            fut = self.store.durable_future(r)
+            if fut is not None and not (fut.done() and fut.result()):
+                fut.add_done_callback(lambda f: conn.send_soon(_durable_answer(cmd, f, ext)))
+                return None
         return cmd.response(ResponseCode.SUCCESS, ext)
-
-    async def _after_durable(
-        self, cmd: RemotingCommand, r: rmqcore.AppendResult, ext: dict[str, str]
-    ) -> RemotingCommand:
-        res = await self.store.wait_appended(r)
-        if res.status is PutMessageStatus.PUT_OK:
-            return cmd.response(ResponseCode.SUCCESS, ext)
-        return cmd.response(
-            ResponseCode.FLUSH_DISK_TIMEOUT, ext, remark="the flush to disk timed out"
-        )
 
     def _topic_for_send(self, topic: str, f: dict[str, str]) -> TopicConfig:
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -251,7 +258,7 @@ class SendMessageProcessor:
             born_timestamp=born_ts,
             born_host=born_host_of(conn),
         )
-        return self._answer(cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
+        return self._answer(conn, cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
 
     def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
         raw = self.store.read([(r.phys_offset, r.wrote_bytes)])
@@ -332,3 +339,19 @@ class SendMessageProcessor:
         except StoreError as e:
             raise BrokerSystemError(f"store error: {e}") from None
         return cmd.response(ResponseCode.SUCCESS)
+
+
+def _durable_answer(
+    cmd: RemotingCommand, f: asyncio.Future[bool], ext: dict[str, str]
+) -> RemotingCommand:
+    """The send answer once the group commit has decided: SUCCESS when
+    durable, FLUSH_DISK_TIMEOUT when syncFlushTimeout passed first (the
+    message is stored and will be flushed), SYSTEM_ERROR if the flush failed."""
+    if f.cancelled():
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark="the broker is shutting down")
+    exc = f.exception()
+    if exc is not None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"flush to disk failed: {exc}")
+    if f.result():
+        return cmd.response(ResponseCode.SUCCESS, ext)
+    return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext, remark="the flush to disk timed out")
