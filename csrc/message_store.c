@@ -723,13 +723,29 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
         rc = trim_logics(s, end);
         if (rc != RMQ_OK) return rc;
         int64_t index_from = 0;
+        if (from > end) from = end;
+        if (from < rmq_mfq_min_offset(q)) from = rmq_mfq_min_offset(q);
         if (s->index) {
             rmq_index_service_truncate(s->index, end);
             int64_t iend = rmq_index_service_end_phy_offset(s->index);
             index_from = iend < 0 ? 0 : iend + 1;
+            /* The index is built behind the ConsumeQueues (messageIndexAsync):
+             * re-dispatch from the record after the last indexed one, so
+             * records the crash caught between the two get their keys too.
+             * Their ConsumeQueue units already exist and are only checked. */
+            int64_t index_next = rmq_mfq_min_offset(q);
+            rmq_mapped_file_t *f;
+            const uint8_t *p;
+            int64_t avail;
+            if (iend >= 0 &&
+                rmq_commit_log_read_pinned(&s->cl, iend, &f, &p, &avail) == RMQ_OK) {
+                rmq_record_view_t v;
+                if (rmq_record_decode(p, avail, &v) == RMQ_OK && v.phys_offset == iend)
+                    index_next = iend + v.total_size;
+                rmq_mapped_file_unpin(f);
+            }
+            if (index_next < from && index_next >= rmq_mfq_min_offset(q)) from = index_next;
         }
-        if (from > end) from = end;
-        if (from < rmq_mfq_min_offset(q)) from = rmq_mfq_min_offset(q);
         rep->dispatch_from = from;
         __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
         __atomic_store_n(&s->index_dispatched, from, __ATOMIC_RELEASE);
