@@ -34,13 +34,7 @@ from typing import Any
 
 from bench import broker_load as bl
 from bench import limits
-from bench.store_report import Row, _met, _n, describe_machine, render
-
-_T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+from bench.store_report import _T0, Row, _met, _n, describe_machine, log, render
 
 
 @dataclasses.dataclass(frozen=True)
