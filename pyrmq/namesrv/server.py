@@ -12,7 +12,7 @@ import struct
 import zlib
 from typing import Any
 
-from pyrmq.common.config_file import read_json, write_json_atomic
+from pyrmq.common.config_file import JsonStateFile
 from pyrmq.namesrv.route_info_manager import RouteInfoManager
 from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from pyrmq.remoting.connection import Connection
@@ -36,6 +36,7 @@ class NameServer:
         self.routes = RouteInfoManager()
         self.server = RemotingServer(host, port, name="namesrv")
         self.kv_config_path = kv_config_path
+        self._kv_file = JsonStateFile(kv_config_path, self._kv_snapshot) if kv_config_path else None
         self.broker_channel_expired = broker_channel_expired
         self.scan_interval = scan_interval
         self.kv: dict[str, dict[str, str]] = {}
@@ -58,8 +59,8 @@ class NameServer:
         return self.server.port
 
     async def start(self) -> None:
-        if self.kv_config_path:
-            data = read_json(self.kv_config_path) or {}
+        if self._kv_file is not None:
+            data = self._kv_file.load() or {}
             self.kv = {ns: dict(t) for ns, t in data.get("configTable", {}).items()}
         await self.server.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
@@ -195,10 +196,12 @@ class NameServer:
         table.pop(f.get("key", ""), None)
         return self._persist_kv(cmd)
 
+    def _kv_snapshot(self) -> dict[str, Any]:
+        return {"configTable": {ns: dict(t) for ns, t in self.kv.items() if t}}
+
     async def _persist_kv(self, cmd: RemotingCommand) -> RemotingCommand:
-        if self.kv_config_path:
-            snapshot = {"configTable": {ns: dict(t) for ns, t in self.kv.items() if t}}
-            await asyncio.to_thread(write_json_atomic, self.kv_config_path, snapshot)
+        if self._kv_file is not None:
+            await self._kv_file.persist()
         return cmd.response(ResponseCode.SUCCESS)
 
 
