@@ -453,3 +453,24 @@ def test_held_pull_of_closed_connection_is_dropped(arun, tmp_path):
             check_pull_ext(r)
 
     arun(main())
+
+
+def test_suspendable_pull_errors_are_answered_after_a_back_off(tmp_path, arun):
+    """A push consumer re-pulls at once after an error: an error to a pull
+    that allowed suspending comes after ERROR_BACKOFF, so a missing topic
+    cannot make the client spin; a plain pull gets it at once."""
+    from pyrmq.broker.processor.pull import ERROR_BACKOFF
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            t0 = time.monotonic()
+            r = await pull(cl, c.broker_addr, "NoSuchTopicS", 0, 0, sysflag=6, suspend_ms=15000)
+            waited = time.monotonic() - t0
+            assert r.code == R.TOPIC_NOT_EXIST and r.remark, r
+            assert ERROR_BACKOFF * 0.9 <= waited < ERROR_BACKOFF + 2, waited
+            t0 = time.monotonic()
+            r = await pull(cl, c.broker_addr, "NoSuchTopicS", 0, 0, sysflag=4)
+            assert r.code == R.TOPIC_NOT_EXIST
+            assert time.monotonic() - t0 < 0.5
+
+    arun(main())

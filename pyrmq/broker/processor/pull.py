@@ -20,6 +20,7 @@ from pyrmq.broker.client_manager import ConsumerManager, SubscriptionData
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import (
+    BrokerError,
     BrokerSystemError,
     NoPermissionError,
     SubscriptionNotExistError,
@@ -41,6 +42,8 @@ MAX_SUSPEND_MS = 20_000
 #: client flooding pulls on empty queues cannot grow the broker's memory
 #: (a RocketMQ client keeps about one outstanding pull per queue)
 MAX_HELD_PER_CONNECTION = 4096
+#: seconds before an error answers a pull that allowed suspending
+ERROR_BACKOFF = 1.0
 
 _CODE_OF_STATUS = {
     "FOUND": ResponseCode.SUCCESS,
@@ -101,6 +104,23 @@ class PullMessageProcessor:
     # -- the request ------------------------------------------------------------
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> None:
+        try:
+            self._process(conn, cmd)
+        except BrokerError as e:
+            try:
+                suspend = int(cmd.ext_fields.get("sysFlag") or 0) & FLAG_SUSPEND
+            except ValueError:
+                suspend = 0
+            if not suspend:
+                raise
+            # A push consumer re-pulls at once after an error answer, without
+            # back-off (RocketMQ's C++ client does): answer a suspendable pull's
+            # error after ERROR_BACKOFF so a deleted topic or a bad queue
+            # cannot make it spin against the broker.
+            resp = cmd.response(e.code, remark=e.remark)
+            asyncio.get_running_loop().call_later(ERROR_BACKOFF, _send_if_open, conn, resp)
+
+    def _process(self, conn: Connection, cmd: RemotingCommand) -> None:
         f = cmd.ext_fields
         try:
             group = f["consumerGroup"]
@@ -279,3 +299,8 @@ class PullMessageProcessor:
                         self._answer(req, final=True)
                     except Exception:
                         log.exception("answering a held pull at shutdown failed")
+
+
+def _send_if_open(conn: Connection, resp: RemotingCommand) -> None:
+    if conn.is_open:
+        conn.send(resp)
