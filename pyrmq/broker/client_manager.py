@@ -131,7 +131,12 @@ class ConsumerManager:
         else:
             ch.last_update = self._clock()
         subs: dict[str, SubscriptionData] = {}
-        for s in data.get("subscriptionDataSet") or []:
+        sub_set = data.get("subscriptionDataSet") or []
+        if not isinstance(sub_set, list):
+            raise SubscriptionParseFailedError(
+                f"group {group}: subscriptionDataSet must be a JSON array"
+            )
+        for s in sub_set:
             if not isinstance(s, dict) or not s.get("topic"):
                 continue
             try:

@@ -125,11 +125,12 @@ class NameServer:
 
     def _unregister_broker(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
+        try:
+            broker_id = int(f.get("brokerId", "0") or 0)
+        except ValueError:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="brokerId is not an integer")
         self.routes.unregister_broker(
-            f.get("clusterName", ""),
-            f.get("brokerAddr", ""),
-            f.get("brokerName", ""),
-            int(f.get("brokerId", "0") or 0),
+            f.get("clusterName", ""), f.get("brokerAddr", ""), f.get("brokerName", ""), broker_id
         )
         return cmd.response(ResponseCode.SUCCESS)
 

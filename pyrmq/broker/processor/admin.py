@@ -15,11 +15,13 @@ from typing import Any
 
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.consumer_manage import _field, _int_field
+from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     TBW102,
     TopicConfig,
     TopicConfigManager,
+    check_topic_name,
 )
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError, StoreError
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -76,6 +78,7 @@ class AdminBrokerProcessor:
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = _field(cmd, "topic")
+        check_topic_name(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise MessageIllegalError(f"the topic[{topic}] is a system topic")
         self.topics.delete(topic)
@@ -134,12 +137,9 @@ class AdminBrokerProcessor:
         f = cmd.ext_fields
         topic = _field(cmd, "topic")
         key = _field(cmd, "key")
-        try:
-            max_num = int(f.get("maxNum") or 32)
-            begin = int(f.get("beginTimestamp") or 0)
-            end = int(f.get("endTimestamp") or 2**62)
-        except ValueError as e:
-            raise BrokerSystemError(f"bad QUERY_MESSAGE header: {e}") from None
+        max_num = header_int(f, "maxNum", 32)
+        begin = header_int(f, "beginTimestamp", 0)
+        end = header_int(f, "endTimestamp", 2**62)
         if f.get("_UNIQUE_KEY_QUERY") == "true":
             max_num = max(max_num, 32)
         found = await self.store.query_message(topic, key, max(1, min(max_num, 64)), begin, end)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.processor.headers import header_int, header_str
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -31,18 +32,20 @@ def _json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
 
 
 def _field(cmd: RemotingCommand, key: str) -> str:
-    v = cmd.ext_fields.get(key)
-    if v is None or v == "":
-        raise BrokerSystemError(f"request code {cmd.code} lacks header field {key}")
-    return v
+    return header_str(cmd.ext_fields, key, cmd.code)
 
 
 def _int_field(cmd: RemotingCommand, key: str) -> int:
-    v = _field(cmd, key)
-    try:
-        return int(v)
-    except ValueError:
-        raise BrokerSystemError(f"header field {key}={v!r} is not an integer") from None
+    return header_int(cmd.ext_fields, key, code=cmd.code)
+
+
+def _list(data: dict[str, Any], key: str, what: str) -> list[Any]:
+    v = data.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise MessageIllegalError(f"{what} body: {key} must be a JSON array")
+    return v
 
 
 class ConsumerManageProcessor:
@@ -74,7 +77,7 @@ class ConsumerManageProcessor:
             raise MessageIllegalError("HEART_BEAT body lacks clientID")
         conn.attrs["client_id"] = client_id
         conn.attrs["language"] = cmd.language
-        for c in data.get("consumerDataSet") or []:
+        for c in _list(data, "consumerDataSet", "HEART_BEAT"):
             if not isinstance(c, dict) or not c.get("groupName"):
                 continue
             info = self.consumers.register(conn, client_id, cmd.language, cmd.version, c)
@@ -82,7 +85,7 @@ class ConsumerManageProcessor:
                 self.topics.create_system_group_topic(
                     retry_topic(info.group), self.retry_queue_nums, PERM_READ | PERM_WRITE
                 )
-        for p in data.get("producerDataSet") or []:
+        for p in _list(data, "producerDataSet", "HEART_BEAT"):
             if isinstance(p, dict) and p.get("groupName"):
                 self.producers.register(
                     conn, client_id, cmd.language, cmd.version, str(p["groupName"])
@@ -134,7 +137,7 @@ class ConsumerManageProcessor:
 
     def _mq_set(self, data: dict[str, Any]) -> list[tuple[str, str, int]]:
         out = []
-        for mq in data.get("mqSet") or []:
+        for mq in _list(data, "mqSet", "lock"):
             try:
                 out.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
             except (KeyError, TypeError, ValueError):

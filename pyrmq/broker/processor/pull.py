@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from pyrmq.broker.client_manager import ConsumerManager, SubscriptionData
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.processor.headers import header_int, header_str
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import (
     BrokerError,
@@ -122,16 +123,13 @@ class PullMessageProcessor:
 
     def _process(self, conn: Connection, cmd: RemotingCommand) -> None:
         f = cmd.ext_fields
-        try:
-            group = f["consumerGroup"]
-            topic = f["topic"]
-            queue_id = int(f["queueId"])
-            offset = int(f["queueOffset"])
-            max_msgs = int(f.get("maxMsgNums") or 32)
-            sysflag = int(f.get("sysFlag") or 0)
-            suspend_ms = int(f.get("suspendTimeoutMillis") or 0)
-        except (KeyError, ValueError) as e:
-            raise BrokerSystemError(f"bad PULL_MESSAGE header: {e!r}") from None
+        group = header_str(f, "consumerGroup", cmd.code)
+        topic = header_str(f, "topic", cmd.code)
+        queue_id = header_int(f, "queueId", code=cmd.code)
+        offset = header_int(f, "queueOffset", code=cmd.code)
+        max_msgs = header_int(f, "maxMsgNums", 32)
+        sysflag = header_int(f, "sysFlag", 0)
+        suspend_ms = header_int(f, "suspendTimeoutMillis", 0)
         if not self.broker_permission & 4:
             raise NoPermissionError("the broker does not allow reads now")
         tc = self.topics.get(topic)
@@ -154,7 +152,7 @@ class PullMessageProcessor:
                 )
             sub = found
         if sysflag & FLAG_COMMIT_OFFSET:
-            commit = int(f.get("commitOffset") or -1)
+            commit = header_int(f, "commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit_offset(group, topic, queue_id, commit)
         max_msgs = max(1, min(max_msgs, 1024))

@@ -15,6 +15,7 @@ import random
 import zlib
 
 import rmqcore
+from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
@@ -68,15 +69,7 @@ _INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "reconsumeTimes", "flag")
 
 
 def _int(fields: dict[str, str], key: str, default: int | None = None) -> int:
-    raw = fields.get(key)
-    if raw is None or raw == "":
-        if default is None:
-            raise MessageIllegalError(f"the request header lacks {key}")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise MessageIllegalError(f"header field {key}={raw!r} is not an integer") from None
+    return header_int(fields, key, default, error=MessageIllegalError)
 
 
 def born_host_of(conn: Connection) -> bytes:
@@ -133,9 +126,18 @@ class SendMessageProcessor:
             born_ts = int(g("bornTimestamp") or 0)
             reconsume = int(g("reconsumeTimes") or 0)
             user_flag = int(g("flag") or 0)
+            if not (
+                -(2**31) <= sysflag < 2**31
+                and -(2**63) <= born_ts < 2**63
+                and 0 <= reconsume < 2**31
+                and -(2**31) <= user_flag < 2**31
+            ):
+                raise ValueError
         except ValueError:
             got = {k: g(k) for k in _INT_FIELDS}
-            raise MessageIllegalError(f"these header fields must be integers: {got}") from None
+            raise MessageIllegalError(
+                f"these header fields must be integers in range: {got}"
+            ) from None
         if queue_id < 0:
             queue_id = random.randrange(tc.write_queue_nums or 1)
         elif queue_id >= tc.queue_nums:
