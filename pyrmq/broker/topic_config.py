@@ -230,6 +230,7 @@ class TopicConfigManager:
         tc = self.table.get(topic)
         if tc is not None:
             return tc
+        check_topic_name(topic)  # the group name is part of it
         tc = TopicConfig(topic, queue_nums, queue_nums, perm)
         self.table[topic] = tc
         log.info("topic %s created with %d queue(s)", topic, queue_nums)
