@@ -248,7 +248,11 @@ class Broker:
 
         task = asyncio.get_running_loop().create_task(run(), name="pyrmq:broker:topic-change")
         self._tasks.append(task)
-        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     async def _publish_topics(self) -> None:
         await self.topics.persist()

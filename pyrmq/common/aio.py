@@ -8,7 +8,12 @@ import asyncio
 async def wait_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     """Wait until the non-blocking socket fd can take more bytes."""
     fut: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, ready)
     try:
         await fut
     finally:

@@ -134,6 +134,7 @@ def settings_from_properties(
         if name is None:
             continue
         t = str(fields[name].type)
+        value: Any
         try:
             if t == "bool":
                 value = raw if isinstance(raw, bool) else str(raw).strip().lower() == "true"

@@ -83,7 +83,7 @@ class BrokerError(RMQError):
     def from_response(cls, code: int, remark: str | None, addr: str | None = None) -> BrokerError:
         err_cls = BrokerError.for_code(code)
         err = err_cls(remark or f"response code {code}", addr)
-        if err_cls is UnknownBrokerError:
+        if isinstance(err, UnknownBrokerError):
             err.response_code = code
         return err
 

@@ -137,7 +137,8 @@ class Connection(asyncio.Protocol):
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
-        self._out = out = []
+        out: list[bytes] = []
+        self._out = out
         try:
             for cmd in cmds:
                 if cmd.flag & FLAG_RESPONSE:
