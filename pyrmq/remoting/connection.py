@@ -4,8 +4,11 @@ side (asyncio.Protocol).
 Requests that arrive are given to the owner's RequestHandler; responses are
 matched to pending invocations by opaque. Answers produced while a batch of
 received bytes is processed go out in one write. A pull answer may send its
-body straight from the CommitLog with sendfile; answers that come in the
-meantime wait in order behind it."""
+body straight from the CommitLog with sendfile: as much as the socket takes
+at once, when nothing is waiting before it; the rest (or all of it, when the
+transport still has bytes buffered) is copied into the transport's buffer,
+so every answer stays in order and the transport's own flow control
+(pause_writing) applies to it."""
 
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from pyrmq.common.aio import wait_writable
 from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import (
@@ -49,6 +51,9 @@ class FileBody(Protocol):
     @property
     def remaining(self) -> int: ...
 
+    def read_rest(self) -> bytes:
+        """The bytes not sent yet (copied), releasing what backs them."""
+
     def close(self) -> None: ...
 
 
@@ -72,8 +77,6 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._out: list[bytes] | None = None
         self._soon: list[bytes] | None = None
-        self._queue: collections.deque[bytes | FileBody] = collections.deque()
-        self._file_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._write_paused = False
         self.transport: asyncio.Transport | None = None
@@ -105,14 +108,8 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(err)
         self._pending.clear()
-        while self._queue:
-            item = self._queue.popleft()
-            if not isinstance(item, bytes):
-                item.close()
         for t in list(self._tasks):
             t.cancel()
-        if self._file_task is not None:
-            self._file_task.cancel()
         if not self.closed.done():
             self.closed.set_result(None)
         if self._on_close is not None:
@@ -220,88 +217,33 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing():
             return
-        if self._queue or self._file_task is not None:
-            self._queue.append(data)
-        else:
-            t.write(data)
+        t.write(data)
 
     def send_with_file_body(self, prefix: bytes, body: FileBody) -> None:
-        """Send a frame whose header is prefix and whose body goes by
-        sendfile from body, in order with everything else sent."""
-        if self._out:
-            out, self._out[:] = b"".join(self._out), []
-            self._write(out)
-        t = self.transport
-        if t is None or t.is_closing():
-            body.close()
-            return
-        if self._queue or self._file_task is not None or t.get_write_buffer_size():
-            self._queue.append(prefix)
-            self._queue.append(body)
-            self._start_drain()
-            return
-        t.write(prefix)
-        if t.get_write_buffer_size():
-            self._queue.append(body)
-            self._start_drain()
-            return
-        self._send_file_now(body)
-
-    def _send_file_now(self, body: FileBody) -> None:
-        t = self.transport
-        sock = t.get_extra_info("socket") if t is not None else None
-        if sock is None:
-            body.close()
-            return
+        """Send a frame whose header is prefix and whose body comes from
+        body: by sendfile for what the socket takes now, copied otherwise."""
         try:
-            body.send(sock.fileno())
-        except OSError as e:
-            body.close()
-            self.abort(f"sendfile failed: {e}")
-            return
-        if body.remaining:
-            self._queue.appendleft(body)
-            self._start_drain()
-        else:
-            body.close()
-
-    def _start_drain(self) -> None:
-        if self._file_task is None:
-            self._file_task = asyncio.ensure_future(self._drain())
-
-    async def _drain(self) -> None:
-        """Send the queue in order once the transport's own buffer is empty;
-        file bodies go by sendfile as the socket becomes writable."""
-        loop = asyncio.get_running_loop()
-        try:
-            for _ in range(1 << 40):
-                t = self.transport
-                if t is None or not self._queue:
-                    return
-                while t.get_write_buffer_size():
-                    await asyncio.sleep(0.001)
-                    if self.transport is None:
-                        return
-                item = self._queue.popleft()
-                if isinstance(item, bytes):
-                    t.write(item)
-                    continue
-                sock = t.get_extra_info("socket")
-                fd = sock.fileno()
+            if self._out:
+                out = b"".join(self._out)
+                self._out.clear()
+                self._write(out)
+            t = self.transport
+            if t is None or t.is_closing():
+                return
+            t.write(prefix)
+            sock = t.get_extra_info("socket")
+            if sock is not None and not t.get_write_buffer_size():
                 try:
-                    while item.remaining:
-                        item.send(fd)
-                        if item.remaining:
-                            await wait_writable(loop, fd)
-                            if self.transport is None:
-                                return
+                    body.send(sock.fileno())
+                except BlockingIOError:
+                    pass
                 except OSError as e:
                     self.abort(f"sendfile failed: {e}")
                     return
-                finally:
-                    item.close()
+            if body.remaining:
+                t.write(body.read_rest())
         finally:
-            self._file_task = None
+            body.close()
 
     # -- requests from this side ---------------------------------------------------
 
@@ -377,6 +319,17 @@ class FileRanges:
             self._items.popleft()
             pin.release()
         return total
+
+    def read_rest(self) -> bytes:
+        parts = []
+        while self._items:
+            pin, offset, size = self._items.popleft()
+            try:
+                parts.append(pin.read(offset, size))
+            finally:
+                pin.release()
+        self._remaining = 0
+        return b"".join(parts)
 
     def close(self) -> None:
         while self._items:

@@ -474,3 +474,50 @@ def test_suspendable_pull_errors_are_answered_after_a_back_off(tmp_path, arun):
             assert time.monotonic() - t0 < 0.5
 
     arun(main())
+
+
+def test_large_pulls_to_a_slow_reader_arrive_whole_and_in_order(arun, tmp_path):
+    """Pipelined pull answers of ~230 KiB each to a client that reads late
+    and slowly: sendfile sends what the socket takes, the rest is copied
+    behind it; every answer arrives whole, in order, byte-identical."""
+    import socket
+
+    from pyrmq.remoting.command import FrameDecoder
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            bodies = [bytes([i]) * 7000 for i in range(64)]  # 32 fit in 256 KiB
+            for b in bodies:
+                await send_ok(cl, c.broker_addr, "BigPullT", b)
+            host, port = c.broker_addr.split(":")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            sock.connect((host, int(port)))
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            try:
+                n = 40
+                for i in range(n):
+                    cmd = pull_cmd("BigPullT", 0, (i % 2) * 32, max_nums=32)
+                    cmd.opaque = i + 1
+                    writer.write(cmd.encode())
+                await writer.drain()
+                await asyncio.sleep(0.3)  # let the broker's socket buffer fill up
+                dec, got = FrameDecoder(), []
+                while len(got) < n:
+                    chunk = await asyncio.wait_for(reader.read(4096), 10)
+                    assert chunk, "connection closed early"
+                    got += dec.feed(chunk)
+                    await asyncio.sleep(0)
+                assert [r.opaque for r in got] == list(range(1, n + 1))
+                for i, r in enumerate(got):
+                    assert r.code == R.SUCCESS, r
+                    recs = rmqcore.decode_records(r.body)
+                    first = (i % 2) * 32
+                    assert [m["body"] for m in recs] == bodies[first : first + 32]
+            finally:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+
+    arun(main(), timeout=60)
