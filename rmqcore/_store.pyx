@@ -389,6 +389,30 @@ cdef class MessageStoreCore:
         finally:
             rmq_mapped_file_unpin(mf)
 
+    def record_offsets(self, long long phys_offset, long long length) -> list:
+        """CommitLog offsets of the records in [phys_offset, phys_offset +
+        length), read in place (the records of one batch put: one segment)."""
+        cdef rmq_mapped_file_t *mf
+        cdef const uint8_t *p
+        cdef int64_t avail
+        cdef rmq_record_view_t v
+        cdef long long pos = 0
+        out = []
+        self._check()
+        _raise_for(rmq_commit_log_read_pinned(&self._s.cl, phys_offset, &mf, &p, &avail),
+                   f"no message at offset {phys_offset}")
+        try:
+            if length > avail:
+                raise ValueError(f"range [{phys_offset}, {phys_offset + length}) crosses a segment")
+            while pos < length:
+                _raise_for(rmq_record_decode(p + pos, length - pos, &v),
+                           f"record at {phys_offset + pos}")
+                out.append(phys_offset + pos)
+                pos += v.total_size
+            return out
+        finally:
+            rmq_mapped_file_unpin(mf)
+
     def pin(self, long long phys_offset) -> SegmentPin:
         """Pin the CommitLog segment holding phys_offset (for sendfile)."""
         cdef rmq_mapped_file_t *mf

@@ -263,11 +263,10 @@ class SendMessageProcessor:
         return self._answer(conn, cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
 
     def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
-        raw = self.store.read([(r.phys_offset, r.wrote_bytes)])
         host = r.store_host
         return [
-            rmqcore.offset_msg_id(host, r.phys_offset + pos)
-            for pos, _ in rmqcore.iter_records(raw, 0, False)
+            rmqcore.offset_msg_id(host, off)
+            for off in self.store.core.record_offsets(r.phys_offset, r.wrote_bytes)
         ]
 
     def _scheduled(self, topic: str, queue_id: int, props: str) -> tuple[str, int, str]:
