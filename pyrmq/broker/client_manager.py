@@ -194,15 +194,6 @@ class ConsumerManager:
         info = self.groups.get(group)
         return info.subscriptions.get(topic) if info else None
 
-    def channel_of(self, group: str, client_id: str) -> Any | None:
-        info = self.groups.get(group)
-        if info is None:
-            return None
-        for ch, ci in info.channels.items():
-            if ci.client_id == client_id:
-                return ch
-        return None
-
 
 class ProducerManager:
     def __init__(

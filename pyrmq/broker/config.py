@@ -59,7 +59,6 @@ class BrokerConfig:
     #: the address to listen on (pyrmq; Java listens on all addresses)
     listen_host: str = "0.0.0.0"
     auto_create_topic_enable: bool = True
-    auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
     broker_permission: int = 6
     message_delay_level: str = DEFAULT_DELAY_LEVELS

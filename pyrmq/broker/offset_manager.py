@@ -39,9 +39,6 @@ class ConsumerOffsetManager:
         """The committed offset, or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
 
-    def groups_of_topic(self, topic: str) -> list[str]:
-        return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
-
     def remove_topic(self, topic: str) -> None:
         for k in [k for k in self.table if k.split("@", 1)[0] == topic]:
             del self.table[k]

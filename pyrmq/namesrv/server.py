@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import struct
 import zlib
 from typing import Any
@@ -243,7 +242,3 @@ def _decode_register_body(body: bytes, compressed: bool) -> dict[str, Any]:
         "topicConfigSerializeWrapper": {"topicConfigTable": table, "dataVersion": version},
         "filterServerList": json.loads(chunk()) if pos < len(raw) else [],
     }
-
-
-def default_kv_path() -> str:
-    return os.path.join(os.path.expanduser("~"), "namesrv", "kvConfig.json")

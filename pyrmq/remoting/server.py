@@ -10,7 +10,6 @@ import socket
 import time
 from collections.abc import Callable
 
-from pyrmq.common.errors import BrokerError
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import MAX_FRAME, RemotingCommand
 from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
@@ -123,7 +122,3 @@ class RemotingServer:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
-
-
-def error_response(cmd: RemotingCommand, e: BrokerError) -> RemotingCommand:
-    return cmd.response(e.code, remark=e.remark)

@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
-from collections.abc import Callable
 
 from pyrmq.broker.client_manager import ConsumerManager, SubscriptionData
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
@@ -68,7 +66,6 @@ class PullRequest:
     offset: int
     max_msgs: int
     codes: frozenset[int]
-    deadline: float
     timer: asyncio.TimerHandle | None = None
     done: bool = False
 
@@ -85,7 +82,6 @@ class PullMessageProcessor:
         short_polling_time_ms: int = 1000,
         sendfile_min_bytes: int = 16 * 1024,
         broker_permission: int = 6,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -95,7 +91,6 @@ class PullMessageProcessor:
         self.short_polling_time_ms = short_polling_time_ms
         self.sendfile_min_bytes = sendfile_min_bytes
         self.broker_permission = broker_permission
-        self._clock = clock
         #: (topic, queue_id) -> held pulls
         self._held: dict[tuple[str, int], list[PullRequest]] = {}
         self._to_wake: set[tuple[str, int]] = set()
@@ -156,7 +151,7 @@ class PullMessageProcessor:
             if commit >= 0:
                 self.offsets.commit_offset(group, topic, queue_id, commit)
         max_msgs = max(1, min(max_msgs, 1024))
-        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, 0.0)
+        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set)
         held = len(conn.attrs.get("held_pulls", ()))
         final = not sysflag & FLAG_SUSPEND or held >= MAX_HELD_PER_CONNECTION
         if self._answer(req, final=final, hold_unmatched=False):
@@ -216,7 +211,6 @@ class PullMessageProcessor:
 
     def _hold(self, req: PullRequest, wait: float) -> None:
         loop = asyncio.get_running_loop()
-        req.deadline = self._clock() + wait
         key = (req.topic, req.queue_id)
         self._held.setdefault(key, []).append(req)
         req.timer = loop.call_later(wait, self._expire, req)
