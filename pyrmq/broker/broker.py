@@ -41,7 +41,7 @@ class Broker:
         self.port = config.listen_port
         self.ip = config.advertised_ip
         self._tasks: list[asyncio.Task[None]] = []
-        self._register_soon = False
+        self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
 
     @property
@@ -140,7 +140,7 @@ class Broker:
             self.topics,
             self.offsets,
             runtime_info=self.runtime_info,
-            publish_topics=self._publish_topics,
+            publish_topics=self._topics_published,
         )
         self.schedule = ScheduleMessageService(
             store,
@@ -234,30 +234,32 @@ class Broker:
         self.producers.scan_not_active()
 
     def _topics_changed(self) -> None:
-        """Persist the topic table and re-register at once (coalesced)."""
-        if self._register_soon:
-            return
-        self._register_soon = True
+        """TopicConfigManager's on_change: save the topic table and register
+        with the name servers once for every change made in this loop turn."""
+        if self._next_publish is None:
+            task = asyncio.get_running_loop().create_task(
+                self._publish(), name="pyrmq:broker:topic-change"
+            )
+            self._next_publish = task
+            self._tasks.append(task)
+            task.add_done_callback(self._forget_task)
 
-        async def run() -> None:
-            await asyncio.sleep(0)
-            self._register_soon = False
-            await self.topics.persist()
-            if self.config.namesrv_addrs:
-                await self.outer.register_all()
-
-        task = asyncio.get_running_loop().create_task(run(), name="pyrmq:broker:topic-change")
-        self._tasks.append(task)
-        task.add_done_callback(self._forget_task)
+    async def _publish(self) -> None:
+        await asyncio.sleep(0)  # let the changes of this turn gather
+        self._next_publish = None  # changes from now on need another publish
+        await self.topics.persist()
+        if self.config.namesrv_addrs:
+            await self.outer.register_all()
 
     def _forget_task(self, task: asyncio.Task[None]) -> None:
         if task in self._tasks:
             self._tasks.remove(task)
 
-    async def _publish_topics(self) -> None:
-        await self.topics.persist()
-        if self.config.namesrv_addrs:
-            await self.outer.register_all()
+    async def _topics_published(self) -> None:
+        """Wait until the latest topic change is saved and registered."""
+        task = self._next_publish
+        if task is not None:
+            await asyncio.shield(task)
 
     def _notify_consumer_ids_changed(self, group: str, channels: list[Any]) -> None:
         for conn in channels:
