@@ -304,6 +304,7 @@ class Broker:
             await self.outer.unregister_all()
         if hasattr(self, "pull_processor"):
             self.pull_processor.shutdown()
+            self.send_processor.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if hasattr(self, "schedule"):

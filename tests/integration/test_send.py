@@ -191,6 +191,36 @@ def test_send_compressed_batch_is_inflated_and_split(arun, tmp_path):
     arun(main())
 
 
+def test_large_compressed_batch_inflates_off_the_loop_and_is_stored_in_order(arun, tmp_path):
+    """A compressed batch above INFLATE_INLINE_MAX (incompressible bodies) is
+    inflated on the inflate thread; it is stored whole, split, and a bad one
+    of that size still gets MESSAGE_ILLEGAL with nothing stored."""
+    import os as _os
+
+    from pyrmq.broker.processor.send import INFLATE_INLINE_MAX
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            msgs = [
+                (_os.urandom(4000), {"KEYS": f"zk{i}", "UNIQ_KEY": f"{i:032X}"}) for i in range(30)
+            ]
+            z = zlib.compress(rmqcore.encode_batch([(b, p, 0) for b, p in msgs]), 5)
+            assert len(z) > INFLATE_INLINE_MAX
+            r = await send_ok(
+                cl, c.broker_addr, "ZBig", z, 0, props(WAIT="true"), batch=True, sysflag=1
+            )
+            assert r.ext_fields["queueOffset"] == "0"
+            assert len(r.ext_fields["msgId"].split(",")) == 30
+            stored = await pull_all(cl, c.broker_addr, "ZBig", 0)
+            _check_batch_stored(stored, msgs, 0)
+            bad = z[:2] + bytes(len(z) - 2)
+            r = await send(cl, c.broker_addr, "ZBig", bad, 0, batch=True, sysflag=1)
+            assert r.code == R.MESSAGE_ILLEGAL and r.remark, r
+            assert await max_offset(cl, c.broker_addr, "ZBig", 0) == 30
+
+    arun(main())
+
+
 def test_auto_create_from_tbw102(arun, tmp_path):
     async def main() -> None:
         async with cluster(tmp_path) as (c, cl):

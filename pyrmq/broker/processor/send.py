@@ -10,9 +10,12 @@ compressed or not, with the flag kept."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import rmqcore
 from pyrmq.broker.processor.headers import header_int
@@ -65,6 +68,11 @@ V2_FIELDS = {
 _TRUE = ("1", "true", "True", "TRUE")
 SYSFLAG_COMPRESSED = rmqcore.SYSFLAG_COMPRESSED
 _TX_MASK = 0xC
+#: compressed batches up to this size inflate inline (well under a
+#: millisecond); larger ones on the inflate thread
+INFLATE_INLINE_MAX = 32 * 1024
+#: an inflated batch may hold up to this many maxMessageSize of messages
+BATCH_INFLATE_FACTOR = 4
 _INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "reconsumeTimes", "flag")
 
 
@@ -105,6 +113,7 @@ class SendMessageProcessor:
         self.max_message_size = max_message_size
         self.broker_permission = broker_permission
         self._sync = store.config.flush_disk_type.value == "SYNC_FLUSH"
+        self._inflater: ThreadPoolExecutor | None = None
 
     # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
 
@@ -150,9 +159,9 @@ class SendMessageProcessor:
             raise MessageIllegalError(
                 f"message body size {len(body)} exceeds maxMessageSize {self.max_message_size}"
             )
-        try:
-            if batch:
-                return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, f)
+        if batch:
+            return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props)
+        with _store_errors():
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
                 if reconsume >= max_times:
@@ -172,15 +181,6 @@ class SendMessageProcessor:
                 born_host=born_host_of(conn),
                 reconsume_times=reconsume,
             )
-        except IllegalMessageError as e:
-            raise MessageIllegalError(str(e)) from None
-        except DiskFullError as e:
-            raise ServiceNotAvailableError(
-                f"service not available now, maybe disk full: {e}; free space or let "
-                "retention delete expired files"
-            ) from None
-        except StoreError as e:
-            raise BrokerSystemError(f"store error: {e}") from None
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
     def _answer(
@@ -234,7 +234,6 @@ class SendMessageProcessor:
         sysflag: int,
         born_ts: int,
         props: str,
-        f: dict[str, str],
     ) -> HandlerResult:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise MessageIllegalError("batch request does not support retry group topic")
@@ -243,24 +242,72 @@ class SendMessageProcessor:
         if sysflag & _TX_MASK:
             raise MessageIllegalError("batch messages cannot be transactional")
         body = cmd.body
-        if sysflag & SYSFLAG_COMPRESSED:
-            try:
-                d = zlib.decompressobj()
-                body = d.decompress(body, self.max_message_size * 4 + 1)
-                if d.unconsumed_tail or len(body) > self.max_message_size * 4:
-                    raise MessageIllegalError("the inflated batch is too large")
-            except zlib.error as e:
-                raise MessageIllegalError(f"compressed batch body does not inflate: {e}") from None
-            sysflag &= ~SYSFLAG_COMPRESSED
-        r = self.store.put_messages_nowait(
-            topic,
-            queue_id,
-            body,
-            sysflag=sysflag,
-            born_timestamp=born_ts,
-            born_host=born_host_of(conn),
-        )
+        if not sysflag & SYSFLAG_COMPRESSED:
+            return self._put_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, body)
+        sysflag &= ~SYSFLAG_COMPRESSED
+        if len(body) <= INFLATE_INLINE_MAX:
+            body = self._inflate(body)
+            return self._put_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, body)
+        return self._inflate_then_put(cmd, conn, topic, queue_id, sysflag, born_ts, props, body)
+
+    async def _inflate_then_put(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        sysflag: int,
+        born_ts: int,
+        props: str,
+        compressed: bytes,
+    ) -> RemotingCommand | None:
+        """A large compressed batch is inflated on the inflate thread (zlib
+        releases the GIL), not on the event loop; the put follows on the loop."""
+        if self._inflater is None:
+            self._inflater = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-inflate")
+        loop = asyncio.get_running_loop()
+        body = await loop.run_in_executor(self._inflater, self._inflate, compressed)
+        result = self._put_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, body)
+        assert result is None or isinstance(result, RemotingCommand)
+        return result
+
+    def _inflate(self, body: bytes) -> bytes:
+        limit = self.max_message_size * BATCH_INFLATE_FACTOR
+        try:
+            d = zlib.decompressobj()
+            out = d.decompress(body, limit + 1)
+        except zlib.error as e:
+            raise MessageIllegalError(f"compressed batch body does not inflate: {e}") from None
+        if d.unconsumed_tail or len(out) > limit:
+            raise MessageIllegalError(f"the inflated batch is larger than {limit} bytes")
+        return out
+
+    def _put_batch(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        sysflag: int,
+        born_ts: int,
+        props: str,
+        body: bytes,
+    ) -> HandlerResult:
+        with _store_errors():
+            r = self.store.put_messages_nowait(
+                topic,
+                queue_id,
+                body,
+                sysflag=sysflag,
+                born_timestamp=born_ts,
+                born_host=born_host_of(conn),
+            )
         return self._answer(conn, cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
+
+    def shutdown(self) -> None:
+        if self._inflater is not None:
+            self._inflater.shutdown(wait=True, cancel_futures=True)
+            self._inflater = None
 
     def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
         host = r.store_host
@@ -356,3 +403,19 @@ def _durable_answer(
     if f.result():
         return cmd.response(ResponseCode.SUCCESS, ext)
     return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext, remark="the flush to disk timed out")
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """Store exceptions of a put as the RocketMQ codes a producer expects."""
+    try:
+        yield
+    except IllegalMessageError as e:
+        raise MessageIllegalError(str(e)) from None
+    except DiskFullError as e:
+        raise ServiceNotAvailableError(
+            f"service not available now, maybe disk full: {e}; free space or let "
+            "retention delete expired files"
+        ) from None
+    except StoreError as e:
+        raise BrokerSystemError(f"store error: {e}") from None
