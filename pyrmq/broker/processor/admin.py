@@ -14,8 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
-from pyrmq.broker.processor.consumer_manage import _field, _int_field
-from pyrmq.broker.processor.headers import header_int
+from pyrmq.broker.processor.headers import field, header_int, int_field
 from pyrmq.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     TBW102,
@@ -54,7 +53,7 @@ class AdminBrokerProcessor:
         and the name servers have the new route (Java answers before it
         registers, so a producer right after could still miss the topic)."""
         f = cmd.ext_fields
-        topic = _field(cmd, "topic")
+        topic = field(cmd, "topic")
         if topic in NOT_ALLOWED_SEND_TOPICS or (topic == TBW102 and f.get("force") != "true"):
             raise MessageIllegalError(f"the topic[{topic}] is a system topic")
         try:
@@ -77,7 +76,7 @@ class AdminBrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        topic = _field(cmd, "topic")
+        topic = field(cmd, "topic")
         check_topic_name(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise MessageIllegalError(f"the topic[{topic}] is a system topic")
@@ -93,7 +92,7 @@ class AdminBrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def _topic_queue(self, cmd: RemotingCommand) -> tuple[str, int]:
-        return _field(cmd, "topic"), _int_field(cmd, "queueId")
+        return field(cmd, "topic"), int_field(cmd, "queueId")
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic, qid = self._topic_queue(cmd)
@@ -109,7 +108,7 @@ class AdminBrokerProcessor:
 
     def search_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic, qid = self._topic_queue(cmd)
-        ts = _int_field(cmd, "timestamp")
+        ts = int_field(cmd, "timestamp")
         return cmd.response(
             ResponseCode.SUCCESS,
             {"offset": str(self.store.offset_in_queue_by_time(topic, qid, ts))},
@@ -125,7 +124,7 @@ class AdminBrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, {"timestamp": str(ts)})
 
     def view_message_by_id(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        offset = _int_field(cmd, "offset")
+        offset = int_field(cmd, "offset")
         try:
             m = self.store.look_message_by_offset(offset)
         except (StoreError, ValueError) as e:
@@ -135,8 +134,8 @@ class AdminBrokerProcessor:
 
     async def query_message(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
-        topic = _field(cmd, "topic")
-        key = _field(cmd, "key")
+        topic = field(cmd, "topic")
+        key = field(cmd, "key")
         max_num = header_int(f, "maxNum", 32)
         begin = header_int(f, "beginTimestamp", 0)
         end = header_int(f, "endTimestamp", 2**62)

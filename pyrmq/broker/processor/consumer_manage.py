@@ -11,7 +11,7 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
-from pyrmq.broker.processor.headers import header_int, header_str
+from pyrmq.broker.processor.headers import field, int_field
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -29,14 +29,6 @@ def _json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MessageIllegalError(f"{what} body is not a JSON object")
     return data
-
-
-def _field(cmd: RemotingCommand, key: str) -> str:
-    return header_str(cmd.ext_fields, key, cmd.code)
-
-
-def _int_field(cmd: RemotingCommand, key: str) -> int:
-    return header_int(cmd.ext_fields, key, code=cmd.code)
 
 
 def _list(data: dict[str, Any], key: str, what: str) -> list[Any]:
@@ -101,7 +93,7 @@ class ConsumerManageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "consumerGroup")
+        group = field(cmd, "consumerGroup")
         info = self.consumers.groups.get(group)
         if info is None or not info.channels:
             return cmd.response(
@@ -111,9 +103,9 @@ class ConsumerManageProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "consumerGroup")
-        topic = _field(cmd, "topic")
-        queue_id = _int_field(cmd, "queueId")
+        group = field(cmd, "consumerGroup")
+        topic = field(cmd, "topic")
+        queue_id = int_field(cmd, "queueId")
         offset = self.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return cmd.response(ResponseCode.SUCCESS, {"offset": str(offset)})
@@ -126,10 +118,10 @@ class ConsumerManageProcessor:
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe")
 
     def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "consumerGroup")
-        topic = _field(cmd, "topic")
-        queue_id = _int_field(cmd, "queueId")
-        offset = _int_field(cmd, "commitOffset")
+        group = field(cmd, "consumerGroup")
+        topic = field(cmd, "topic")
+        queue_id = int_field(cmd, "queueId")
+        offset = int_field(cmd, "commitOffset")
         if offset < 0:
             raise BrokerSystemError(f"commitOffset {offset} is negative")
         self.offsets.commit_offset(group, topic, queue_id, offset)

@@ -4,6 +4,7 @@ clear error for a missing, non-integer or out-of-range value."""
 from __future__ import annotations
 
 from pyrmq.common.errors import BrokerSystemError
+from pyrmq.remoting import RemotingCommand
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -38,3 +39,13 @@ def header_int(
     if not INT64_MIN <= v <= INT64_MAX:
         raise error(f"header field {key}={raw[:64]!r} is out of the 64-bit range")
     return v
+
+
+def field(cmd: RemotingCommand, key: str) -> str:
+    """A required, non-empty header field of the request."""
+    return header_str(cmd.ext_fields, key, cmd.code)
+
+
+def int_field(cmd: RemotingCommand, key: str) -> int:
+    """A required 64-bit integer header field of the request."""
+    return header_int(cmd.ext_fields, key, code=cmd.code)
