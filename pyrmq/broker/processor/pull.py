@@ -55,7 +55,7 @@ _CODE_OF_STATUS = {
 }
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(slots=True, eq=False)
 class PullRequest:
     """One held pull (RocketMQ PullRequest of the hold service)."""
 
@@ -214,8 +214,7 @@ class PullMessageProcessor:
         key = (req.topic, req.queue_id)
         self._held.setdefault(key, []).append(req)
         req.timer = loop.call_later(wait, self._expire, req)
-        conn_reqs = req.conn.attrs.setdefault("held_pulls", set())
-        conn_reqs.add(id(req))
+        req.conn.attrs.setdefault("held_pulls", set()).add(req)
 
     def _release(self, req: PullRequest) -> None:
         req.done = True
@@ -228,7 +227,7 @@ class PullMessageProcessor:
                 held.remove(req)
             if not held:
                 del self._held[key]
-        req.conn.attrs.get("held_pulls", set()).discard(id(req))
+        req.conn.attrs.get("held_pulls", set()).discard(req)
 
     def _expire(self, req: PullRequest) -> None:
         if req.done:
@@ -269,12 +268,8 @@ class PullMessageProcessor:
                     log.exception("answering a woken pull failed")
 
     def channel_closed(self, conn: Connection) -> None:
-        if not conn.attrs.get("held_pulls"):
-            return
-        for key in list(self._held):
-            for req in list(self._held.get(key, ())):
-                if req.conn is conn:
-                    self._release(req)
+        for req in list(conn.attrs.get("held_pulls", ())):
+            self._release(req)
 
     @property
     def held_count(self) -> int:
