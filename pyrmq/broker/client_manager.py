@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import rmqcore
 from pyrmq.common.errors import SubscriptionParseFailedError
+from pyrmq.common.subscription import SubscriptionData
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -34,46 +34,6 @@ def _enum(value: Any, names: dict[int, str], default: str) -> str:
     if isinstance(value, str) and value in names.values():
         return value
     return default
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscriptionData:
-    """A parsed subscription expression (FilterAPI.buildSubscriptionData).
-    code_set is empty for "*" (all tags)."""
-
-    topic: str
-    sub_string: str
-    tags_set: tuple[str, ...]
-    code_set: frozenset[int]
-    sub_version: int = 0
-
-    @property
-    def matches_all(self) -> bool:
-        return not self.tags_set
-
-    @classmethod
-    def parse(cls, topic: str, expression: str | None, sub_version: int = 0) -> SubscriptionData:
-        expr = (expression or "").strip()
-        if expr in ("", "*"):
-            return cls(topic, "*", (), frozenset(), sub_version)
-        tags = tuple(t.strip() for t in expr.split("||") if t.strip())
-        if not tags:
-            raise SubscriptionParseFailedError(f"subscription {expression!r} has no tag")
-        if any(t.upper().startswith("SQL") or "(" in t for t in tags):
-            raise SubscriptionParseFailedError(
-                f"subscription {expression!r}: only TAG expressions (a || b) are supported"
-            )
-        return cls(topic, expr, tags, frozenset(rmqcore.tag_code(t) for t in tags), sub_version)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "subString": self.sub_string,
-            "tagsSet": list(self.tags_set),
-            "codeSet": sorted(self.code_set),
-            "subVersion": self.sub_version,
-            "expressionType": "TAG",
-        }
 
 
 @dataclasses.dataclass(slots=True)

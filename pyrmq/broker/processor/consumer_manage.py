@@ -112,8 +112,11 @@ class ConsumerManageProcessor:
         # A new group on a queue whose first message is still stored starts
         # at 0, as Java's broker answers while offset 0 is in memory: a new
         # consumer of a fresh topic sees its first messages. Otherwise
-        # QUERY_NOT_FOUND sends the client to its consumeFromWhere.
-        if self.store.min_offset_in_queue(topic, queue_id) <= 0:
+        # QUERY_NOT_FOUND sends the client to its consumeFromWhere. Clients
+        # that apply consumeFromWhere themselves send setZeroIfNotFound=false
+        # (RocketMQ 5's header; pyrmq's client does).
+        zero_if_not_found = cmd.ext_fields.get("setZeroIfNotFound", "true") != "false"
+        if zero_if_not_found and self.store.min_offset_in_queue(topic, queue_id) <= 0:
             return cmd.response(ResponseCode.SUCCESS, {"offset": "0"})
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe")
 

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 
-from pyrmq.broker.client_manager import ConsumerManager, SubscriptionData
+from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import header_int, header_str
 from pyrmq.broker.topic_config import TopicConfigManager
@@ -25,6 +25,7 @@ from pyrmq.common.errors import (
     SubscriptionNotExistError,
     TopicNotExistError,
 )
+from pyrmq.common.subscription import SubscriptionData
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection, FileRanges
 from pyrmq.storage import MessageStore
