@@ -1,0 +1,466 @@
+"""MQClientAPI: every request a client makes of a name server or a broker,
+as typed coroutines over one RemotingClient (MQClientAPIImpl).
+
+Header fields follow docs/rocketmq-remoting-protocol.md §5 (what a Java 4.x
+broker accepts: SEND_MESSAGE_V2's short keys, SEND_BATCH_MESSAGE for
+batches). Non-success codes raise BrokerError subclasses, except the ones
+that are statuses (SendStatus, PullStatus)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pyrmq.common.errors import BrokerError, QueryNotFoundError, RemotingError
+from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
+from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus
+from pyrmq.common.route import TopicRouteData
+from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+_SEND_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+# PULL_MESSAGE sysFlag bits (§8.1)
+PULL_FLAG_COMMIT_OFFSET = 1
+PULL_FLAG_SUSPEND = 2
+PULL_FLAG_SUBSCRIPTION = 4
+
+
+def _raise(resp: RemotingCommand, addr: str) -> BrokerError:
+    return BrokerError.from_response(resp.code, resp.remark, addr)
+
+
+class MQClientAPI:
+    """Typed requests. Name-server requests go to the chosen name server and
+    move to the next one when it fails (one stays chosen while it works)."""
+
+    def __init__(self, remoting: RemotingClient, namesrv_addrs: Sequence[str]) -> None:
+        if not namesrv_addrs:
+            raise ValueError("no name server address: give namesrv_addr='host:9876[;host2:9876]'")
+        self.remoting = remoting
+        self.namesrv_addrs = list(namesrv_addrs)
+        self._ns_index = random.randrange(len(self.namesrv_addrs))
+
+    # -- name server ---------------------------------------------------------------
+
+    async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        last: Exception | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            addr = self.namesrv_addrs[(self._ns_index + i) % n]
+            try:
+                resp = await self.remoting.invoke(addr, cmd, timeout)
+            except RemotingError as e:
+                last = e
+                continue
+            self._ns_index = (self._ns_index + i) % n
+            return resp
+        raise RemotingError(f"no name server answered ({'; '.join(self.namesrv_addrs)}): {last}")
+
+    async def get_topic_route(self, topic: str, timeout: float = 5.0) -> TopicRouteData | None:
+        """The route, or None when the name server knows no such topic."""
+        cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        resp = await self.invoke_namesrv(cmd, timeout)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST or (
+            resp.code == ResponseCode.SUCCESS and not resp.body
+        ):
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, "name server")
+        try:
+            return TopicRouteData.from_json(resp.body)
+        except ValueError as e:
+            raise RemotingError(f"name server sent a bad route for {topic!r}: {e}") from None
+
+    async def namesrv_json(
+        self, code: int, fields: dict[str, str] | None = None, timeout: float = 5.0
+    ) -> Any:
+        resp = await self.invoke_namesrv(RemotingCommand(code, fields or {}), timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, "name server")
+        return json.loads(resp.body) if resp.body else None
+
+    # -- broker: send ----------------------------------------------------------------
+
+    async def send_message(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        body: bytes,
+        properties: str,
+        *,
+        producer_group: str,
+        sys_flag: int,
+        born_timestamp: int,
+        flag: int = 0,
+        batch: bool = False,
+        reconsume_times: int = 0,
+        max_reconsume_times: int | None = None,
+        unique_ids: str = "",
+        timeout: float,
+        oneway: bool = False,
+    ) -> SendResult | None:
+        """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE; None when oneway."""
+        ext = {
+            "a": producer_group,
+            "b": mq.topic,
+            "c": DEFAULT_TOPIC,
+            "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+            "e": str(mq.queue_id),
+            "f": str(sys_flag),
+            "g": str(born_timestamp),
+            "h": str(flag),
+            "i": properties,
+            "j": str(reconsume_times),
+            "k": "false",
+            "m": "true" if batch else "false",
+            "n": mq.broker_name,
+        }
+        if max_reconsume_times is not None:
+            ext["l"] = str(max_reconsume_times)
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        cmd = RemotingCommand(code, ext, body)
+        if oneway:
+            await self.remoting.invoke_oneway(addr, cmd)
+            return None
+        resp = await self.remoting.invoke(addr, cmd, timeout)
+        status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise _raise(resp, addr)
+        f = resp.ext_fields
+        try:
+            queue_id = int(f.get("queueId", mq.queue_id))
+            queue_offset = int(f.get("queueOffset", -1))
+        except ValueError:
+            raise RemotingError(f"broker {addr} sent a malformed send response: {f}") from None
+        return SendResult(
+            status,
+            unique_ids,
+            f.get("msgId", ""),
+            MessageQueue(mq.topic, mq.broker_name, queue_id),
+            queue_offset,
+            f.get("transactionId"),
+            f.get("MSG_REGION"),
+        )
+
+    async def consumer_send_message_back(
+        self,
+        addr: str,
+        msg: MessageExt,
+        group: str,
+        delay_level: int,
+        max_reconsume_times: int,
+        timeout: float = 5.0,
+    ) -> None:
+        ext = {
+            "offset": str(msg.commit_log_offset),
+            "group": group,
+            "delayLevel": str(delay_level),
+            "originMsgId": msg.msg_id,
+            "originTopic": msg.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": str(max_reconsume_times),
+        }
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext), timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+
+    # -- broker: pull ----------------------------------------------------------------
+
+    async def pull_message(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        *,
+        consumer_group: str,
+        queue_offset: int,
+        max_msg_nums: int,
+        sys_flag: int,
+        commit_offset: int,
+        suspend_timeout_ms: int,
+        subscription: str,
+        sub_version: int,
+        timeout: float,
+        broker_name: str = "",
+    ) -> PullResult:
+        ext = {
+            "consumerGroup": consumer_group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(queue_offset),
+            "maxMsgNums": str(max_msg_nums),
+            "sysFlag": str(sys_flag),
+            "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": str(suspend_timeout_ms),
+            "subscription": subscription,
+            "subVersion": str(sub_version),
+            "expressionType": "TAG",
+        }
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.PULL_MESSAGE, ext), timeout
+        )
+        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise _raise(resp, addr)
+        f = resp.ext_fields
+        try:
+            result = PullResult(
+                status,
+                int(f["nextBeginOffset"]),
+                int(f.get("minOffset", 0)),
+                int(f.get("maxOffset", 0)),
+                suggest_which_broker_id=int(f.get("suggestWhichBrokerId", 0)),
+            )
+        except (KeyError, ValueError):
+            raise RemotingError(f"broker {addr} sent a malformed pull response: {f}") from None
+        if status is PullStatus.FOUND and resp.body:
+            result.msg_found_list = decode_messages(resp.body, broker_name or mq.broker_name)
+        return result
+
+    # -- broker: offsets -------------------------------------------------------------
+
+    async def query_consumer_offset(
+        self, addr: str, group: str, mq: MessageQueue, timeout: float = 5.0
+    ) -> int | None:
+        """The group's committed offset, or None when it has none."""
+        ext = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "setZeroIfNotFound": "false",
+        }
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext), timeout
+        )
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        return int(resp.ext_fields.get("offset", -1))
+
+    async def update_consumer_offset(
+        self,
+        addr: str,
+        group: str,
+        mq: MessageQueue,
+        offset: int,
+        timeout: float = 5.0,
+        oneway: bool = False,
+    ) -> None:
+        ext = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "commitOffset": str(offset),
+        }
+        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        if oneway:
+            await self.remoting.invoke_oneway(addr, cmd)
+            return
+        resp = await self.remoting.invoke(addr, cmd, timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+
+    async def _offset_query(
+        self, addr: str, code: int, ext: dict[str, str], key: str, timeout: float
+    ) -> int:
+        resp = await self.remoting.invoke(addr, RemotingCommand(code, ext), timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        return int(resp.ext_fields.get(key, -1))
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue, timeout: float = 5.0) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        return await self._offset_query(addr, RequestCode.GET_MAX_OFFSET, ext, "offset", timeout)
+
+    async def get_min_offset(self, addr: str, mq: MessageQueue, timeout: float = 5.0) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        return await self._offset_query(addr, RequestCode.GET_MIN_OFFSET, ext, "offset", timeout)
+
+    async def search_offset(
+        self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout: float = 5.0
+    ) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)}
+        return await self._offset_query(
+            addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext, "offset", timeout
+        )
+
+    async def get_earliest_msg_storetime(
+        self, addr: str, mq: MessageQueue, timeout: float = 5.0
+    ) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        return await self._offset_query(
+            addr, RequestCode.GET_EARLIEST_MSG_STORETIME, ext, "timestamp", timeout
+        )
+
+    # -- broker: membership and locks --------------------------------------------------
+
+    async def send_heartbeat(self, addr: str, data: dict[str, Any], timeout: float = 3.0) -> None:
+        body = json.dumps(data, separators=(",", ":")).encode()
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.HEART_BEAT, {}, body), timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+
+    async def unregister_client(
+        self,
+        addr: str,
+        client_id: str,
+        producer_group: str = "",
+        consumer_group: str = "",
+        timeout: float = 3.0,
+    ) -> None:
+        ext = {
+            "clientID": client_id,
+            "producerGroup": producer_group,
+            "consumerGroup": consumer_group,
+        }
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext), timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+
+    async def get_consumer_id_list(self, addr: str, group: str, timeout: float = 5.0) -> list[str]:
+        resp = await self.remoting.invoke(
+            addr,
+            RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}),
+            timeout,
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        try:
+            return [str(c) for c in json.loads(resp.body)["consumerIdList"]]
+        except (ValueError, KeyError, TypeError):
+            raise RemotingError(f"broker {addr} sent a malformed consumer list") from None
+
+    @staticmethod
+    def _mq_set_body(group: str, client_id: str, mqs: Iterable[MessageQueue]) -> bytes:
+        return json.dumps(
+            {
+                "consumerGroup": group,
+                "clientId": client_id,
+                "mqSet": [
+                    {"topic": m.topic, "brokerName": m.broker_name, "queueId": m.queue_id}
+                    for m in mqs
+                ],
+            }
+        ).encode()
+
+    async def lock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Iterable[MessageQueue],
+        timeout: float = 3.0,
+    ) -> set[MessageQueue]:
+        body = self._mq_set_body(group, client_id, mqs)
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.LOCK_BATCH_MQ, {}, body), timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        try:
+            data = json.loads(resp.body) if resp.body else {}
+            return {
+                MessageQueue(str(m["topic"]), str(m["brokerName"]), int(m["queueId"]))
+                for m in data.get("lockOKMQSet") or ()
+            }
+        except (ValueError, KeyError, TypeError):
+            raise RemotingError(f"broker {addr} sent a malformed lock answer") from None
+
+    async def unlock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Iterable[MessageQueue],
+        timeout: float = 3.0,
+        oneway: bool = False,
+    ) -> None:
+        cmd = RemotingCommand(
+            RequestCode.UNLOCK_BATCH_MQ, {}, self._mq_set_body(group, client_id, mqs)
+        )
+        if oneway:
+            await self.remoting.invoke_oneway(addr, cmd)
+            return
+        resp = await self.remoting.invoke(addr, cmd, timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+
+    # -- broker: queries and admin --------------------------------------------------------
+
+    async def view_message(self, addr: str, phys_offset: int, timeout: float = 5.0) -> MessageExt:
+        resp = await self.remoting.invoke(
+            addr,
+            RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys_offset)}),
+            timeout,
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        msgs = decode_messages(resp.body)
+        if not msgs:
+            raise QueryNotFoundError(f"no message at CommitLog offset {phys_offset}", addr)
+        return msgs[0]
+
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_ms: int,
+        end_ms: int,
+        unique_key: bool = False,
+        timeout: float = 5.0,
+    ) -> list[MessageExt]:
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin_ms),
+            "endTimestamp": str(end_ms),
+        }
+        if unique_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand(RequestCode.QUERY_MESSAGE, ext), timeout
+        )
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        return decode_messages(resp.body)
+
+    async def broker_request(
+        self,
+        addr: str,
+        code: int,
+        fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float = 5.0,
+    ) -> RemotingCommand:
+        """Any request; raises unless the answer is SUCCESS."""
+        resp = await self.remoting.invoke(addr, RemotingCommand(code, fields or {}, body), timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise _raise(resp, addr)
+        return resp

@@ -1,0 +1,276 @@
+"""ClientInstance: what every producer and consumer needs from the cluster
+(MQClientInstance): the topic route cache and broker address table,
+heartbeats, and the answers to requests brokers send clients.
+
+Each Producer, PushConsumer and PullConsumer owns one ClientInstance, bound
+to the event loop it was started on. Its client id is `ip@instance_name`;
+the default instance name is `pid#n` (n counts instances in this process),
+so several consumers of one group can live in one process and a child
+process after fork() never reuses its parent's id."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from pyrmq.client.api import MQClientAPI
+from pyrmq.common.errors import RMQError
+from pyrmq.common.message import MessageQueue, local_ip
+from pyrmq.common.route import MASTER_ID, TopicRouteData
+from pyrmq.remoting import Connection, RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger("pyrmq.client")
+
+_instance_seq = itertools.count(1)
+
+
+def split_namesrv_addr(namesrv_addr: str | Sequence[str] | None) -> list[str]:
+    """'h1:9876;h2:9876' (RocketMQ's form), or a list, or NAMESRV_ADDR."""
+    if namesrv_addr is None:
+        namesrv_addr = os.environ.get("NAMESRV_ADDR", "")
+    items = namesrv_addr.split(";") if isinstance(namesrv_addr, str) else list(namesrv_addr)
+    addrs = [a.strip() for a in items if a and a.strip()]
+    if not addrs:
+        raise ValueError(
+            "no name server address: pass namesrv_addr='127.0.0.1:9876' "
+            "(several separated by ';') or set NAMESRV_ADDR"
+        )
+    for a in addrs:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"name server address {a!r} is not host:port")
+    return addrs
+
+
+class ClientMember(Protocol):
+    """A producer or consumer registered with a ClientInstance."""
+
+    def topics_of_interest(self) -> Iterable[str]: ...
+
+    def on_route_changed(self, topic: str, route: TopicRouteData | None) -> None: ...
+
+
+class ClientInstance:
+    """Route cache + broker table + heartbeat for one producer or consumer."""
+
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str] | None,
+        *,
+        instance_name: str | None = None,
+        poll_name_server_interval: float = 30.0,
+        heartbeat_broker_interval: float = 30.0,
+        request_timeout: float = 3.0,
+    ) -> None:
+        self.namesrv_addrs = split_namesrv_addr(namesrv_addr)
+        self.instance_name = instance_name or f"{os.getpid()}#{next(_instance_seq)}"
+        self.client_id = f"{local_ip()}@{self.instance_name}"
+        self.poll_name_server_interval = poll_name_server_interval
+        self.heartbeat_broker_interval = heartbeat_broker_interval
+        self.request_timeout = request_timeout
+        self.remoting = RemotingClient(self._on_request, name=f"client {self.client_id}")
+        self.api = MQClientAPI(self.remoting, self.namesrv_addrs)
+        self.routes: dict[str, TopicRouteData] = {}
+        #: broker name -> {broker id -> address}
+        self.broker_addr_table: dict[str, dict[int, str]] = {}
+        self.members: list[ClientMember] = []
+        #: heartbeat sections, refreshed by their owners
+        self.producer_data: list[dict[str, Any]] = []
+        self.consumer_data: Callable[[], list[dict[str, Any]]] | None = None
+        #: broker -> client requests: code -> handler(cmd) -> answer or None
+        self.request_handlers: dict[int, Callable[[RemotingCommand], Any]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self.started = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        self._tasks = [
+            asyncio.create_task(self._route_refresh_loop(), name="pyrmq:client:routes"),
+            asyncio.create_task(self._heartbeat_loop(), name="pyrmq:client:heartbeat"),
+        ]
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        await self.remoting.shutdown()
+        self.started = False
+
+    def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        """A background task whose failure is logged, never lost."""
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        task.add_done_callback(_log_failure)
+        return task
+
+    # -- routes --------------------------------------------------------------------------------
+
+    async def update_topic_route(self, topic: str) -> TopicRouteData | None:
+        """Fetch topic's route from the name server, record its brokers and
+        tell the members when it changed. None when the topic has no route."""
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.api.get_topic_route(topic, 5.0)
+            old = self.routes.get(topic)
+            if route is None:
+                if old is not None:
+                    del self.routes[topic]
+                    self._notify(topic, None)
+                return None
+            known = {a for t in self.broker_addr_table.values() for a in t.values()}
+            for bd in route.broker_datas:
+                self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
+            if self.started and any(
+                a not in known for bd in route.broker_datas for a in bd.broker_addrs.values()
+            ):
+                # a broker we never heartbeated: it must know us before we
+                # pull from it or ask it for our group's members
+                await self.send_heartbeat_to_all_brokers()
+            if route != old:
+                self.routes[topic] = route
+                self._notify(topic, route)
+            return route
+
+    def _notify(self, topic: str, route: TopicRouteData | None) -> None:
+        for m in self.members:
+            try:
+                m.on_route_changed(topic, route)
+            except Exception:
+                log.exception("%s: route change of %s", self.client_id, topic)
+
+    async def _route_refresh_loop(self) -> None:
+        await asyncio.sleep(min(3.0, self.poll_name_server_interval))
+        while True:
+            topics = {t for m in self.members for t in m.topics_of_interest()}
+            for topic in sorted(topics):
+                try:
+                    await self.update_topic_route(topic)
+                except RMQError as e:
+                    log.warning("%s: route of %s not refreshed: %s", self.client_id, topic, e)
+            await asyncio.sleep(self.poll_name_server_interval)
+
+    def find_broker_addr(self, broker_name: str, only_master: bool = True) -> str | None:
+        addrs = self.broker_addr_table.get(broker_name)
+        if not addrs:
+            return None
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID]
+        if only_master:
+            return None
+        return next(iter(addrs.values()))
+
+    async def find_broker_addr_or_refresh(
+        self, broker_name: str, topic: str, only_master: bool = True
+    ) -> str | None:
+        addr = self.find_broker_addr(broker_name, only_master)
+        if addr is None:
+            with contextlib.suppress(RMQError):
+                await self.update_topic_route(topic)
+            addr = self.find_broker_addr(broker_name, only_master)
+        return addr
+
+    def any_broker_of(self, topic: str) -> str | None:
+        """A random broker address from topic's route (findBrokerAddrByTopic)."""
+        route = self.routes.get(topic)
+        if route is None or not route.broker_datas:
+            return None
+        bd = random.choice(route.broker_datas)
+        return bd.select_broker_addr()
+
+    # -- heartbeat --------------------------------------------------------------------------
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"clientID": self.client_id}
+        if self.producer_data:
+            body["producerDataSet"] = self.producer_data
+        consumers = self.consumer_data() if self.consumer_data is not None else []
+        if consumers:
+            body["consumerDataSet"] = consumers
+        return body
+
+    async def send_heartbeat_to_all_brokers(self) -> int:
+        """Heartbeat every known broker (masters only when no consumers);
+        return how many answered."""
+        body = self.heartbeat_body()
+        with_consumers = "consumerDataSet" in body
+        addrs = {
+            addr
+            for table in self.broker_addr_table.values()
+            for bid, addr in table.items()
+            if with_consumers or bid == MASTER_ID
+        }
+        results = await asyncio.gather(
+            *(self.api.send_heartbeat(a, body, self.request_timeout) for a in sorted(addrs)),
+            return_exceptions=True,
+        )
+        ok = 0
+        for addr, r in zip(sorted(addrs), results, strict=True):
+            if isinstance(r, BaseException):
+                log.info("%s: heartbeat to %s failed: %s", self.client_id, addr, r)
+            else:
+                ok += 1
+        return ok
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_broker_interval)
+            try:
+                await self.send_heartbeat_to_all_brokers()
+            except Exception:
+                log.exception("%s: heartbeat round failed", self.client_id)
+
+    async def unregister(self, producer_group: str = "", consumer_group: str = "") -> None:
+        addrs = {a for t in self.broker_addr_table.values() for a in t.values()}
+        await asyncio.gather(
+            *(
+                self.api.unregister_client(a, self.client_id, producer_group, consumer_group)
+                for a in sorted(addrs)
+            ),
+            return_exceptions=True,
+        )
+
+    # -- requests from brokers ---------------------------------------------------------
+
+    def _on_request(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        handler = self.request_handlers.get(cmd.code)
+        if handler is None:
+            if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+                return cmd.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    remark="The Consumer Group not exist in this consumer",
+                )
+            if cmd.is_oneway:
+                return None
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {cmd.code} is not supported by this client",
+            )
+        return handler(cmd)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+
+def mq_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
+
+
+def json_body(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()

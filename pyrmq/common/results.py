@@ -1,0 +1,57 @@
+"""Results a client gets back: SendResult/SendStatus and PullResult/PullStatus
+(STYLE.md section 4: the codes listed here are statuses, every other
+response code raises a BrokerError)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from pyrmq.common.message import MessageExt, MessageQueue
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 10
+    FLUSH_SLAVE_TIMEOUT = 12
+    SLAVE_NOT_AVAILABLE = 11
+
+
+class PullStatus(enum.Enum):
+    FOUND = 0
+    NO_NEW_MSG = 19
+    NO_MATCHED_MSG = 20
+    OFFSET_ILLEGAL = 21
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The answer to one send (SendResult). `msg_id` is the UNIQ_KEY the
+    producer gave the message (comma-joined for a batch), `offset_msg_id` the
+    broker's id (store host + CommitLog offset; comma-joined for a batch),
+    `queue_offset` the ConsumeQueue offset of the (first) message."""
+
+    send_status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    region_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.send_status is SendStatus.SEND_OK
+
+
+@dataclass(slots=True)
+class PullResult:
+    """The answer to one pull (PullResult). `msg_found_list` is empty unless
+    the status is FOUND; `next_begin_offset` is where the next pull starts."""
+
+    pull_status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    msg_found_list: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
