@@ -1,0 +1,541 @@
+"""Producer (DefaultMQProducer + DefaultMQProducerImpl), asyncio-native.
+
+    async with Producer("my-group", namesrv_addr="127.0.0.1:9876") as producer:
+        result = await producer.send(Message("TopicTest", b"hello"))
+
+Sends go as SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch in
+one request), what a Java 4.x broker accepts. Topic routes come from the
+name server on first use, every 30 s after and again after a failure; a
+topic with no route yet is published through TBW102 (the broker creates it
+when autoCreateTopicEnable is on). A failed synchronous send is retried on
+another broker (retry_times_when_send_failed, 2 by default) within the
+send's deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import rmqcore
+from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from pyrmq.client.instance import ClientInstance
+from pyrmq.common.errors import BrokerError, ClientError, RemotingError, StoreError
+from pyrmq.common.message import (
+    COMPRESS_LEVEL,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SYSFLAG_COMPRESSED,
+    Message,
+    MessageQueue,
+    new_unique_id,
+)
+from pyrmq.common.results import SendResult, SendStatus
+from pyrmq.common.route import TopicPublishInfo, TopicRouteData
+from pyrmq.producer.fault import MQFaultStrategy
+from pyrmq.producer.selector import MessageQueueSelector
+
+log = logging.getLogger("pyrmq.producer")
+
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+#: send_async's callback: called once with (result, None) or (None, error)
+SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+class Producer:
+    """Sends messages to the brokers of a RocketMQ cluster.
+
+    Parameters keep the Java names in snake_case; times are seconds.
+    `send_latency_fault_enable` turns on latency fault tolerance (brokers
+    that answered slowly or failed are avoided for a while); `clock` is the
+    time source of that bookkeeping (tests inject one)."""
+
+    def __init__(
+        self,
+        producer_group: str = DEFAULT_PRODUCER_GROUP,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        send_msg_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        retry_times_when_send_async_failed: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_msg_body_over_howmuch: int = 4096,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        send_latency_fault_enable: bool = False,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+        instance_name: str | None = None,
+        poll_name_server_interval: float = 30.0,
+        heartbeat_broker_interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not producer_group or len(producer_group) > 255:
+            raise ValueError("producer_group must be 1..255 characters")
+        if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
+            raise ValueError("retry counts must be >= 0")
+        self.producer_group = producer_group
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.fault_strategy = MQFaultStrategy(send_latency_fault_enable, clock)
+        self.client = ClientInstance(
+            namesrv_addr,
+            instance_name=instance_name,
+            poll_name_server_interval=poll_name_server_interval,
+            heartbeat_broker_interval=heartbeat_broker_interval,
+        )
+        self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._state = "CREATED"
+        self._heartbeat_sent = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        return self.fault_strategy.send_latency_fault_enable
+
+    @send_latency_fault_enable.setter
+    def send_latency_fault_enable(self, on: bool) -> None:
+        self.fault_strategy.send_latency_fault_enable = on
+
+    @property
+    def client_id(self) -> str:
+        return self.client.client_id
+
+    async def start(self) -> None:
+        """Start the route refresh and heartbeat jobs."""
+        if self._state == "RUNNING":
+            return
+        if self._state != "CREATED":
+            raise ClientError(f"the producer is {self._state.lower()}; create a new one")
+        self.client.producer_data = [{"groupName": self.producer_group}]
+        self.client.members.append(self)
+        await self.client.start()
+        self._state = "RUNNING"
+
+    async def shutdown(self) -> None:
+        """Wait for async sends in flight (up to their deadlines), unregister
+        from the brokers and close every connection."""
+        if self._state != "RUNNING":
+            self._state = "SHUTDOWN"
+            return
+        self._state = "STOPPING"
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=self.send_msg_timeout * 3 + 1)
+        try:
+            await self.client.unregister(producer_group=self.producer_group)
+        finally:
+            await self.client.shutdown()
+            self._state = "SHUTDOWN"
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def _check_running(self) -> None:
+        if self._state != "RUNNING":
+            raise ClientError(
+                f"the producer is {self._state.lower()}: call `await producer.start()` "
+                "(or use `async with`) before sending"
+            )
+
+    # -- ClientMember --------------------------------------------------------------------
+
+    def topics_of_interest(self) -> list[str]:
+        return [*self.topic_publish_info_table, DEFAULT_TOPIC]
+
+    def on_route_changed(self, topic: str, route: TopicRouteData | None) -> None:
+        if route is None:
+            return
+        info = self.topic_publish_info_table.get(topic)
+        if info is None:
+            return
+        queues = route.publish_queues(topic)
+        if queues:
+            info.queues, info.route = queues, route
+            info.order_topic = bool(route.order_topic_conf)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def _publish_info(self, topic: str) -> TopicPublishInfo:
+        """tryToFindTopicPublishInfo: the cached route, the name server's,
+        or TBW102's queues (auto-created topics)."""
+        info = self.topic_publish_info_table.get(topic)
+        if info is not None and info.queues:
+            return info
+        route = await self.client.update_topic_route(topic)
+        queues = route.publish_queues(topic) if route is not None else []
+        if route is None or not queues:
+            default = await self.client.update_topic_route(DEFAULT_TOPIC)
+            if default is not None:
+                qn = self.default_topic_queue_nums
+                route = TopicRouteData(
+                    tuple(
+                        type(q)(
+                            q.broker_name,
+                            min(qn, q.read_queue_nums),
+                            min(qn, q.write_queue_nums),
+                            q.perm,
+                            q.topic_sys_flag,
+                        )
+                        for q in default.queue_datas
+                    ),
+                    default.broker_datas,
+                )
+                queues = route.publish_queues(topic)
+        if route is None or not queues:
+            raise ClientError(
+                f"No route info of this topic: {topic} (create it with `pyrmq admin updateTopic "
+                f"-t {topic}` or enable autoCreateTopicEnable on the broker); name servers "
+                f"{';'.join(self.client.namesrv_addrs)}"
+            )
+        info = TopicPublishInfo(queues, route, bool(route.order_topic_conf))
+        self.topic_publish_info_table[topic] = info
+        return info
+
+    async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues (fetchPublishMessageQueues)."""
+        self._check_running()
+        return list((await self._publish_info(topic)).queues)
+
+    # -- message preparation ------------------------------------------------------------------
+
+    def _check_message(self, msg: Message) -> None:
+        if not isinstance(msg, Message):
+            raise TypeError(f"expected a pyrmq.Message, got {type(msg).__name__}")
+        if msg.topic == DEFAULT_TOPIC:
+            raise ClientError(f"the topic {DEFAULT_TOPIC} is reserved for topic auto-creation")
+        try:
+            rmqcore.validate_topic(msg.topic)
+        except StoreError as e:
+            raise ClientError(
+                f"topic {msg.topic!r} is not valid: {e} (1..127 characters of "
+                "letters, digits, '%', '|', '_' and '-')"
+            ) from None
+        if not msg.body:
+            raise ClientError("the message body is empty")
+        if len(msg.body) > self.max_message_size:
+            raise ClientError(
+                f"the message body is {len(msg.body)} bytes; max_message_size is "
+                f"{self.max_message_size}"
+            )
+
+    def _prepare(self, msg: Message) -> tuple[bytes, str, int, str]:
+        """(body as sent, properties string, sysFlag, unique id)."""
+        self._check_message(msg)
+        props = msg.properties
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            uniq = new_unique_id()
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        body = msg.body
+        sys_flag = 0
+        if len(body) >= self.compress_msg_body_over_howmuch:
+            body = zlib.compress(body, COMPRESS_LEVEL)
+            sys_flag |= SYSFLAG_COMPRESSED
+        return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
+
+    def _prepare_batch(self, msgs: Sequence[Message]) -> tuple[str, bytes, str]:
+        """(topic, batch body, comma-joined unique ids) of a batch."""
+        if not msgs:
+            raise ClientError("the batch is empty")
+        topic = msgs[0].topic
+        entries = []
+        ids = []
+        total = 0
+        for m in msgs:
+            self._check_message(m)
+            if m.topic != topic:
+                raise ClientError(
+                    f"every message of a batch must have one topic: {topic!r} and {m.topic!r}"
+                )
+            if PROPERTY_DELAY_TIME_LEVEL in m.properties:
+                raise ClientError("a batch cannot carry delayed messages (delay_level)")
+            if topic.startswith("%RETRY%"):
+                raise ClientError("a batch cannot be sent to a %RETRY% topic")
+            uniq = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if not uniq:
+                uniq = new_unique_id()
+                m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            ids.append(uniq)
+            props = rmqcore.encode_properties(m.properties)
+            entries.append((m.body, props, m.flag))
+            total += len(m.body) + len(props) + 20
+        if total > self.max_message_size:
+            raise ClientError(
+                f"the batch is {total} bytes; max_message_size is {self.max_message_size}: "
+                "split it into smaller batches"
+            )
+        return topic, rmqcore.encode_batch(entries), ",".join(ids)
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        mq: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        Give `mq` to send to that queue, or `selector` (and its `arg`, such
+        as a sharding key) to pick the queue; otherwise queues are chosen
+        round robin, avoiding slow brokers when latency fault tolerance is
+        on. Raises BrokerError subclasses for broker refusals, RemotingError
+        when no broker answered in time, ClientError for bad input."""
+        self._check_running()
+        body, props, sys_flag, uniq = self._prepare(msg)
+        return await self._send(
+            msg.topic,
+            body,
+            props,
+            sys_flag,
+            uniq,
+            msg.flag,
+            False,
+            mq,
+            selector,
+            arg,
+            msg,
+            timeout,
+            self.retry_times_when_send_failed,
+        )
+
+    async def send_batch(
+        self,
+        msgs: Sequence[Message],
+        *,
+        mq: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send messages of one topic in one request (SEND_BATCH_MESSAGE);
+        they get consecutive offsets in one queue. `msg_id` of the result is
+        the messages' unique ids joined by commas."""
+        self._check_running()
+        msgs = list(msgs)
+        topic, body, ids = self._prepare_batch(msgs)
+        props = ""
+        return await self._send(
+            topic,
+            body,
+            props,
+            0,
+            ids,
+            0,
+            True,
+            mq,
+            selector,
+            arg,
+            msgs[0],
+            timeout,
+            self.retry_times_when_send_failed,
+        )
+
+    def send_async(
+        self,
+        msg: Message | Sequence[Message],
+        callback: SendCallback | None = None,
+        *,
+        mq: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Start sending and return at once: a future of the SendResult
+        (await it), and/or `callback(result, error)` when it completes.
+        A list of messages is sent as a batch. Retried up to
+        retry_times_when_send_async_failed times."""
+        self._check_running()
+        if isinstance(msg, Message):
+            body, props, sys_flag, uniq = self._prepare(msg)
+            topic, flag, batch, first = msg.topic, msg.flag, False, msg
+        else:
+            msgs = list(msg)
+            topic, body, uniq = self._prepare_batch(msgs)
+            props, sys_flag, flag, batch, first = "", 0, 0, True, msgs[0]
+        task = asyncio.ensure_future(
+            self._send(
+                topic,
+                body,
+                props,
+                sys_flag,
+                uniq,
+                flag,
+                batch,
+                mq,
+                selector,
+                arg,
+                first,
+                timeout,
+                self.retry_times_when_send_async_failed,
+            )
+        )
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        if callback is not None:
+
+            def done(t: asyncio.Future[SendResult]) -> None:
+                try:
+                    if t.cancelled():
+                        callback(None, asyncio.CancelledError())
+                    elif t.exception() is not None:
+                        callback(None, t.exception())
+                    else:
+                        callback(t.result(), None)
+                except Exception:
+                    log.exception("send callback raised")
+
+            task.add_done_callback(done)
+        return task
+
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        mq: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> None:
+        """Send without waiting for an answer (no retry, no result)."""
+        self._check_running()
+        body, props, sys_flag, _ = self._prepare(msg)
+        target = await self._pick_queue(msg.topic, mq, selector, arg, msg, None)
+        addr = await self._broker_addr(target)
+        await self.client.api.send_message(
+            addr,
+            target,
+            body,
+            props,
+            producer_group=self.producer_group,
+            sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            flag=msg.flag,
+            timeout=self.send_msg_timeout,
+            oneway=True,
+        )
+
+    async def _pick_queue(
+        self,
+        topic: str,
+        mq: MessageQueue | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+        msg: Message,
+        last_broker: str | None,
+    ) -> MessageQueue:
+        if mq is not None:
+            if mq.topic != topic:
+                raise ClientError(f"queue {mq} is not a queue of topic {topic!r}")
+            return mq
+        info = await self._publish_info(topic)
+        if selector is not None:
+            picked = selector(list(info.queues), msg, arg)
+            if not isinstance(picked, MessageQueue):
+                raise ClientError(f"the selector returned {picked!r}, not a MessageQueue")
+            return picked
+        return self.fault_strategy.select_one_message_queue(info, last_broker)
+
+    async def _broker_addr(self, mq: MessageQueue) -> str:
+        addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+        if addr is None:
+            raise ClientError(f"the broker {mq.broker_name} of {mq} is not in the topic's route")
+        if not self._heartbeat_sent:
+            self._heartbeat_sent = True
+            self.client.spawn(self.client.send_heartbeat_to_all_brokers(), "pyrmq:producer:hb")
+        return addr
+
+    async def _send(
+        self,
+        topic: str,
+        body: bytes,
+        props: str,
+        sys_flag: int,
+        uniq: str,
+        flag: int,
+        batch: bool,
+        mq: MessageQueue | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+        msg: Message,
+        timeout: float | None,
+        retries: int,
+    ) -> SendResult:
+        """sendDefaultImpl: pick a queue, send, and on failure try again on
+        another broker while attempts and the deadline last. A queue the
+        caller chose (mq or selector) is not rotated away from."""
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
+        deadline = begin + timeout
+        attempts = 1 + retries
+        last_broker: str | None = None
+        last_error: BaseException | None = None
+        born = int(time.time() * 1000)
+        for attempt in range(attempts):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            target = await self._pick_queue(topic, mq, selector, arg, msg, last_broker)
+            last_broker = target.broker_name
+            t0 = loop.time()
+            try:
+                addr = await self._broker_addr(target)
+                result = await self.client.api.send_message(
+                    addr,
+                    target,
+                    body,
+                    props,
+                    producer_group=self.producer_group,
+                    sys_flag=sys_flag,
+                    born_timestamp=born,
+                    flag=flag,
+                    batch=batch,
+                    unique_ids=uniq,
+                    timeout=left,
+                )
+                assert result is not None
+            except (RemotingError, BrokerError, ClientError) as e:
+                elapsed_ms = int((loop.time() - t0) * 1000)
+                self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, True)
+                last_error = e
+                if isinstance(e, BrokerError) and not e.retriable:
+                    raise
+                if isinstance(e, ClientError) and mq is not None:
+                    raise
+                log.info(
+                    "send to %s failed (attempt %d of %d): %s", target, attempt + 1, attempts, e
+                )
+                if isinstance(e, RemotingError | BrokerError):
+                    # the route may be stale (broker gone, topic moved): look again
+                    self.topic_publish_info_table.pop(topic, None)
+                continue
+            elapsed_ms = int((loop.time() - t0) * 1000)
+            self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, False)
+            if (
+                result.send_status is not SendStatus.SEND_OK
+                and self.retry_another_broker_when_not_store_ok
+                and attempt + 1 < attempts
+            ):
+                continue
+            return result
+        if last_error is None:
+            raise RemotingError(f"sending to {topic} timed out after {timeout:.3f}s")
+        last_error.add_note(f"send to {topic}: {attempts} attempt(s) failed in {timeout:.3f}s")
+        raise last_error
