@@ -1,0 +1,582 @@
+"""PushConsumer (DefaultMQPushConsumer + DefaultMQPushConsumerImpl):
+messages are pulled for you, with long polling, and handed to a listener.
+
+    consumer = PushConsumer("my-group", namesrv_addr="127.0.0.1:9876")
+    consumer.subscribe("TopicTest", "TagA || TagB")
+    consumer.register_message_listener(lambda msgs, ctx: print(msgs))
+    await consumer.start()
+
+One pull loop per assigned queue (PullMessageService): 32 messages per pull,
+held by the broker up to 15 s when there is nothing new, paused while the
+queue's ProcessQueue holds more than pull_threshold_for_queue messages or
+pull_threshold_size_for_queue bytes, or spans more than
+consume_concurrently_max_span offsets. Offsets are committed to the broker
+(clustering) or a local file (broadcasting) every 5 s and at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
+from pyrmq.client.instance import ClientInstance
+from pyrmq.common.errors import ClientError, RMQError
+from pyrmq.common.message import MessageExt, MessageQueue, local_ip
+from pyrmq.common.results import PullStatus
+from pyrmq.common.route import TopicRouteData
+from pyrmq.common.subscription import SubscriptionData
+from pyrmq.consumer.allocate import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueStrategy,
+    strategy_by_name,
+)
+from pyrmq.consumer.consume_service import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    Listener,
+)
+from pyrmq.consumer.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    RemoteBrokerOffsetStore,
+)
+from pyrmq.consumer.process_queue import ProcessQueue
+from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
+from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
+
+log = logging.getLogger("pyrmq.consumer")
+
+#: how long the broker may hold a pull (brokerSuspendMaxTimeMillis)
+BROKER_SUSPEND_MAX_TIME_MILLIS = 15000
+#: client-side timeout of a held pull (consumerTimeoutMillisWhenSuspend)
+CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
+#: pause after a failed pull (pullTimeDelayMillsWhenException)
+PULL_TIME_DELAY_WHEN_EXCEPTION = 3.0
+#: pause while a queue is over a flow-control threshold
+PULL_TIME_DELAY_WHEN_FLOW_CONTROL = 0.05
+#: orderly: lock renewal period
+LOCK_RENEW_INTERVAL = 20.0
+
+
+def retry_topic_of(group: str) -> str:
+    return f"%RETRY%{group}"
+
+
+class PushConsumer:
+    """A consumer group member that receives messages through a listener.
+
+    Parameters keep RocketMQ's names in snake_case (times in seconds unless
+    the name says millis). `allocate_message_queue_strategy` is a strategy
+    object or a name ("AVG", "AllocateMessageQueueConsistentHash", ...).
+    `consume_timestamp` (ms since the epoch) is where CONSUME_FROM_TIMESTAMP
+    starts (default: 30 minutes ago)."""
+
+    def __init__(
+        self,
+        consumer_group: str,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_message_queue_strategy: AllocateMessageQueueStrategy | str | None = None,
+        consume_thread_max: int = 20,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = -1,
+        suspend_current_queue_time_millis: int = 1000,
+        pull_interval: float = 0.0,
+        persist_consumer_offset_interval: float = 5.0,
+        rebalance_interval: float = 20.0,
+        await_termination_seconds: float = 30.0,
+        offset_store_path: str | None = None,
+        instance_name: str | None = None,
+        poll_name_server_interval: float = 30.0,
+        heartbeat_broker_interval: float = 30.0,
+    ) -> None:
+        if not consumer_group or len(consumer_group) > 255:
+            raise ValueError("consumer_group must be 1..255 characters")
+        if not 1 <= consume_message_batch_max_size <= 1024:
+            raise ValueError("consume_message_batch_max_size must be 1..1024")
+        if not 1 <= pull_batch_size <= 1024:
+            raise ValueError("pull_batch_size must be 1..1024")
+        if consume_thread_max < 1:
+            raise ValueError("consume_thread_max must be >= 1")
+        self.consumer_group = consumer_group
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp = consume_timestamp
+        if allocate_message_queue_strategy is None:
+            allocate_message_queue_strategy = AllocateMessageQueueAveragely()
+        elif isinstance(allocate_message_queue_strategy, str):
+            allocate_message_queue_strategy = strategy_by_name(allocate_message_queue_strategy)
+        self.allocate_message_queue_strategy = allocate_message_queue_strategy
+        self.consume_thread_max = consume_thread_max
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.pull_interval = pull_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        self.rebalance_interval = rebalance_interval
+        self.await_termination_seconds = await_termination_seconds
+        self.client = ClientInstance(
+            namesrv_addr,
+            instance_name=instance_name,
+            poll_name_server_interval=poll_name_server_interval,
+            heartbeat_broker_interval=heartbeat_broker_interval,
+        )
+        self.retry_topic = retry_topic_of(consumer_group)
+        self.offset_store: OffsetStore
+        if message_model is MessageModel.BROADCASTING:
+            path = offset_store_path or LocalFileOffsetStore.default_path(
+                local_ip(), instance_name or "DEFAULT", consumer_group
+            )
+            self.offset_store = LocalFileOffsetStore(path, consumer_group)
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(self.client, consumer_group)
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._listener: Listener | None = None
+        self.orderly = False
+        self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
+        self.rebalance: RebalanceImpl
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._state = "CREATED"
+        self.paused = False
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str:
+        return self.client.client_id
+
+    @property
+    def max_reconsume_times_concurrently(self) -> int:
+        return 16 if self.max_reconsume_times == -1 else self.max_reconsume_times
+
+    @property
+    def max_reconsume_times_orderly(self) -> int:
+        return 2**31 - 1 if self.max_reconsume_times == -1 else self.max_reconsume_times
+
+    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
+        """Receive topic's messages whose tag matches sub_expression ("*" or
+        "TagA || TagB"). May be called again while running."""
+        sub = SubscriptionData.parse(topic, sub_expression, int(time.time() * 1000))
+        self._subscriptions[topic] = sub
+        if self._state == "RUNNING":
+            self.rebalance.subscription_inner[topic] = sub
+            self.client.spawn(self._subscription_changed(), "pyrmq:consumer:subscribe")
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+        if self._state == "RUNNING":
+            self.rebalance.subscription_inner.pop(topic, None)
+            self._rebalance_now.set()
+
+    def register_message_listener(self, listener: Listener, *, orderly: bool = False) -> None:
+        """listener(msgs: list[MessageExt], context) -> status. Concurrent
+        listeners return ConsumeConcurrentlyStatus (CONSUME_SUCCESS or
+        RECONSUME_LATER); orderly ones ConsumeOrderlyStatus (SUCCESS or
+        SUSPEND_CURRENT_QUEUE_A_MOMENT). None means success; an exception
+        means try again. A coroutine function is awaited on the loop; a
+        plain function runs in a pool of consume_thread_max threads."""
+        if self._state != "CREATED":
+            raise ClientError("register the listener before start()")
+        if not callable(listener):
+            raise TypeError("the listener must be callable: listener(msgs, context)")
+        self._listener = listener
+        self.orderly = orderly
+
+    def register_message_listener_orderly(self, listener: Listener) -> None:
+        self.register_message_listener(listener, orderly=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state == "RUNNING":
+            return
+        if self._state != "CREATED":
+            raise ClientError(f"the consumer is {self._state.lower()}; create a new one")
+        if self._listener is None:
+            raise ClientError("register a message listener before start()")
+        if not self._subscriptions:
+            raise ClientError("subscribe to at least one topic before start()")
+        subs = dict(self._subscriptions)
+        if self.message_model is MessageModel.CLUSTERING:
+            subs[self.retry_topic] = SubscriptionData.parse(
+                self.retry_topic, "*", int(time.time() * 1000)
+            )
+        self.rebalance = RebalanceImpl(
+            self.client,
+            self.consumer_group,
+            self.message_model,
+            self.allocate_message_queue_strategy,
+            self,
+            self.orderly,
+        )
+        self.rebalance.subscription_inner = subs
+        if self.orderly:
+            self.consume_service = ConsumeMessageOrderlyService(self, self._listener)
+        else:
+            self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener)
+        await self.offset_store.load()
+        self.client.members.append(self)
+        self.client.consumer_data = self._consumer_data
+        self.client.request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_notify
+        self.client.request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset
+        self.client.request_handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
+        await self.client.start()
+        self._state = "RUNNING"
+        for topic in list(subs):
+            try:
+                await self.client.update_topic_route(topic)
+            except RMQError as e:
+                log.warning("%s: route of %s: %s", self.consumer_group, topic, e)
+        await self.client.send_heartbeat_to_all_brokers()
+        self._tasks = [
+            asyncio.create_task(self._rebalance_loop(), name="pyrmq:consumer:rebalance"),
+            asyncio.create_task(self._persist_loop(), name="pyrmq:consumer:offsets"),
+        ]
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            self._tasks.append(asyncio.create_task(self._lock_loop(), name="pyrmq:consumer:locks"))
+        self._rebalance_now.set()
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let messages already pulled be consumed (up to
+        await_termination_seconds), commit offsets, leave the group."""
+        if self._state != "RUNNING":
+            self._state = "SHUTDOWN"
+            return
+        self._state = "STOPPING"
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        pulls = list(self._pull_tasks.values())
+        self._pull_tasks.clear()
+        for t in pulls:
+            t.cancel()
+        for t in pulls:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        drained = await self.consume_service.shutdown(self.await_termination_seconds)
+        if not drained:
+            log.warning(
+                "%s: listeners still running after %.0fs; their messages will be redelivered",
+                self.consumer_group,
+                self.await_termination_seconds,
+            )
+        await self._persist_offsets()
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            await self.rebalance.unlock(list(self.rebalance.process_queue_table))
+        for pq in self.rebalance.process_queue_table.values():
+            pq.dropped = True
+        try:
+            await self.client.unregister(consumer_group=self.consumer_group)
+        finally:
+            await self.client.shutdown()
+            self._state = "SHUTDOWN"
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def suspend(self) -> None:
+        """Pause pulling (messages already pulled are still consumed)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    # -- ClientMember ---------------------------------------------------------------------
+
+    def topics_of_interest(self) -> list[str]:
+        return list(self.rebalance.subscription_inner) if self._state == "RUNNING" else []
+
+    def on_route_changed(self, topic: str, route: TopicRouteData | None) -> None:
+        if self._state != "RUNNING" or topic not in self.rebalance.subscription_inner:
+            return
+        mqs = route.subscribe_queues(topic) if route is not None else []
+        old = self.rebalance.topic_subscribe_info_table.get(topic)
+        self.rebalance.on_route_changed(topic, mqs)
+        if old != set(mqs):
+            self._rebalance_now.set()
+
+    def _consumer_data(self) -> list[dict[str, Any]]:
+        if self._state not in ("RUNNING", "STOPPING"):
+            return []
+        return [
+            {
+                "groupName": self.consumer_group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": self.message_model.name,
+                "consumeFromWhere": self.consume_from_where.name,
+                "subscriptionDataSet": [
+                    s.as_json() for s in self.rebalance.subscription_inner.values()
+                ],
+                "unitMode": False,
+            }
+        ]
+
+    async def _subscription_changed(self) -> None:
+        for topic in list(self.rebalance.subscription_inner):
+            if topic not in self.rebalance.topic_subscribe_info_table:
+                with contextlib.suppress(RMQError):
+                    await self.client.update_topic_route(topic)
+        await self.client.send_heartbeat_to_all_brokers()
+        self._rebalance_now.set()
+
+    # -- broker requests ---------------------------------------------------------------------
+
+    def _on_notify(self, cmd: RemotingCommand) -> None:
+        if cmd.ext_fields.get("consumerGroup") in (None, self.consumer_group):
+            self._rebalance_now.set()
+        return None
+
+    def _on_reset(self, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: offsets in body's offsetTable (a
+        list, or Java's map form keyed by queue JSON)."""
+        try:
+            data = json.loads(cmd.body)
+            table = data.get("offsetTable") or []
+            items = []
+            if isinstance(table, dict):
+                for k, off in table.items():
+                    q = json.loads(k) if isinstance(k, str) else k
+                    items.append((q, off))
+            else:
+                items = [(q, q.get("offset")) for q in table]
+            offsets = {
+                MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])): int(off)
+                for q, off in items
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("%s: malformed offset reset from the broker: %r", self.consumer_group, e)
+            return None
+        self.client.spawn(self.reset_offsets(offsets), "pyrmq:consumer:reset")
+        return None
+
+    def _on_running_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.ext_fields.get("consumerGroup") != self.consumer_group:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark="The Consumer Group not exist in this consumer"
+            )
+        info = {
+            "properties": {
+                "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+                "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+                "PROP_CLIENT_VERSION": "pyrmq",
+                "PROP_THREADPOOL_CORE_SIZE": str(self.consume_thread_max),
+            },
+            "subscriptionSet": [s.as_json() for s in self.rebalance.subscription_inner.values()],
+            "mqTable": {
+                str(mq): {
+                    "cachedMsgCount": pq.msg_count,
+                    "cachedMsgSizeInMiB": pq.msg_size >> 20,
+                    "locked": pq.locked,
+                    "commitOffset": self.offset_store.clone_offset_table().get(mq, -1),
+                }
+                for mq, pq in self.rebalance.process_queue_table.items()
+            },
+        }
+        return cmd.response(ResponseCode.SUCCESS, body=json.dumps(info).encode())
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Move the group's offsets (the broker's resetOffsetByTime): stop the
+        affected queues, store the new offsets, then reassign them."""
+        for mq in offsets:
+            if mq in self.rebalance.process_queue_table:
+                await self.rebalance._remove(mq)
+        for mq, off in offsets.items():
+            self.offset_store.update_offset(mq, off, False)
+        await self.offset_store.persist_all(list(offsets))
+        self._rebalance_now.set()
+
+    # -- periodic jobs -----------------------------------------------------------------------
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.rebalance_interval):
+                    await self._rebalance_now.wait()
+            self._rebalance_now.clear()
+            try:
+                await self.rebalance.do_rebalance()
+            except Exception:
+                log.exception("%s: rebalance failed", self.consumer_group)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.persist_consumer_offset_interval)
+            try:
+                await self._persist_offsets()
+            except Exception:
+                log.exception("%s: offset commit failed", self.consumer_group)
+
+    async def _persist_offsets(self) -> None:
+        await self.offset_store.persist_all(list(self.rebalance.process_queue_table))
+
+    async def _lock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_RENEW_INTERVAL)
+            try:
+                await self.rebalance.lock_all()
+            except Exception:
+                log.exception("%s: lock renewal failed", self.consumer_group)
+
+    # -- RebalanceOwner ----------------------------------------------------------------------
+
+    async def on_queue_added(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        offset = await compute_pull_from_where(
+            self.client, self.offset_store, mq, self.consume_from_where, self.consume_timestamp
+        )
+        if offset < 0:
+            return False
+        self.offset_store.update_offset(mq, offset, False)
+        task = asyncio.create_task(
+            self._pull_loop(mq, pq, offset), name=f"pyrmq:consumer:pull {mq}"
+        )
+        self._pull_tasks[mq] = task
+        log.info("%s: consuming %s from offset %d", self.consumer_group, mq, offset)
+        return True
+
+    async def on_queue_removed(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        task = self._pull_tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if isinstance(self.consume_service, ConsumeMessageOrderlyService):
+            await self.consume_service.stop_queue(mq)
+        try:
+            await self.offset_store.persist(mq)
+        except RMQError as e:
+            log.warning("%s: offset of %s not committed: %s", self.consumer_group, mq, e)
+        self.offset_store.remove_offset(mq)
+        log.info("%s: stopped consuming %s", self.consumer_group, mq)
+
+    # -- pulling ---------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
+        api = self.client.api
+        clustering = self.message_model is MessageModel.CLUSTERING
+        while not pq.dropped:
+            if self.paused:
+                await asyncio.sleep(1.0)
+                continue
+            if (
+                pq.msg_count > self.pull_threshold_for_queue
+                or pq.msg_size > self.pull_threshold_size_for_queue
+                or (not self.orderly and pq.max_span > self.consume_concurrently_max_span)
+            ):
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL)
+                continue
+            if self.orderly and clustering and not pq.locked:
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL * 2)
+                continue
+            sub = self.rebalance.subscription_inner.get(mq.topic)
+            if sub is None:
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
+                continue
+            sys_flag = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
+            commit_offset = 0
+            if clustering:
+                mem = self.offset_store.clone_offset_table(mq.topic).get(mq, -1)
+                if mem > 0:
+                    commit_offset = mem
+                    sys_flag |= PULL_FLAG_COMMIT_OFFSET
+            addr = self.client.find_broker_addr(mq.broker_name)
+            try:
+                if addr is None:
+                    addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+                    if addr is None:
+                        raise ClientError(f"broker {mq.broker_name} is not in the route")
+                result = await api.pull_message(
+                    addr,
+                    mq,
+                    consumer_group=self.consumer_group,
+                    queue_offset=next_offset,
+                    max_msg_nums=self.pull_batch_size,
+                    sys_flag=sys_flag,
+                    commit_offset=commit_offset,
+                    suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                    subscription=sub.sub_string,
+                    sub_version=sub.sub_version,
+                    timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
+                )
+            except RMQError as e:
+                if pq.dropped:
+                    return
+                log.warning("%s: pull of %s failed: %s", self.consumer_group, mq, e)
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
+                continue
+            pq.last_pull_timestamp = pq.clock()
+            if pq.dropped:
+                return
+            status = result.pull_status
+            prev = next_offset
+            next_offset = result.next_begin_offset
+            if status is PullStatus.FOUND:
+                msgs = result.msg_found_list
+                if not sub.matches_all:
+                    msgs = [m for m in msgs if sub.matches(m.tags)]
+                if msgs:
+                    pq.put_message(msgs)
+                    self.consume_service.submit_consume_request(msgs, pq, mq)
+                elif not pq.has_temp_message() and not pq.consuming_msg_orderly_tree:
+                    self.offset_store.update_offset(mq, next_offset, True)
+            elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                if not pq.has_temp_message() and not pq.consuming_msg_orderly_tree:
+                    self.offset_store.update_offset(mq, next_offset, True)
+            else:  # OFFSET_ILLEGAL
+                log.warning(
+                    "%s: offset %d of %s is illegal; moving to %d",
+                    self.consumer_group,
+                    prev,
+                    mq,
+                    next_offset,
+                )
+                self.offset_store.update_offset(mq, next_offset, False)
+            if self.pull_interval:
+                await asyncio.sleep(self.pull_interval)
+
+    # -- retries ------------------------------------------------------------------------------
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the broker that stored msg: into
+        %RETRY%<group> (or the dead-letter queue); False when it failed."""
+        addr = self.client.find_broker_addr(msg.broker_name) if msg.broker_name else None
+        if addr is None:
+            addr = msg.store_host
+        try:
+            await self.client.api.consumer_send_message_back(
+                addr, msg, self.consumer_group, delay_level, self.max_reconsume_times_concurrently
+            )
+            return True
+        except RMQError as e:
+            log.warning(
+                "%s: send-back of %s failed (%s); redelivering it locally",
+                self.consumer_group,
+                msg.msg_id,
+                e,
+            )
+            return False
