@@ -1,121 +1,665 @@
-"""`pyrmq admin`: topic and cluster administration over the remoting
-protocol (a small mqadmin)."""
+"""`pyrmq admin`: mqadmin's commands, over pyrmq.admin_api.AdminClient.
+
+    pyrmq admin updateTopic -n 127.0.0.1:9876 -c DefaultCluster -t TopicTest -r 4 -w 4
+    pyrmq admin topicStatus -n 127.0.0.1:9876 -t TopicTest
+    pyrmq admin consumerProgress -n 127.0.0.1:9876 -g my-group -t TopicTest --json
+
+Command names and short options are mqadmin's (RocketMQ 4.9 tools); each
+command also answers to a dashed lower-case alias (update-topic, topic-list,
+...), the names this CLI had before. Every command takes -n (name servers,
+'host:port[;host:port]', default $NAMESRV_ADDR or 127.0.0.1:9876), --json
+(machine-readable output on stdout instead of aligned tables) and --timeout
+(the deadline of each request, seconds).
+
+A failure (a broker's refusal, an unreachable name server, a bad argument)
+prints one line, `error: ...`, on stderr and exits with status 1."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
+import datetime
 import json
+import logging
+import os
 import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from pyrmq.common.errors import BrokerError, RemotingError
-from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from pyrmq.admin_api import (
+    AdminClient,
+    as_json,
+    message_as_dict,
+    send_result_as_dict,
+)
+from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
+from pyrmq.common.message import MessageExt
+
+#: mqadmin's time format for -s/-e (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS, local time)
+JAVA_TIME_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"
+_BODY_IN_TABLE = 64
+
+
+def default_namesrv() -> str:
+    return os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns, mqadmin style (#Header)."""
+    cells = [[f"#{h}" for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+def fmt_time(ms: int) -> str:
+    """Epoch milliseconds as local time; '-' for 0 (never)."""
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def short_body(body: bytes, limit: int = _BODY_IN_TABLE) -> str:
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return f"<{len(body)} bytes>"
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def message_detail(m: MessageExt) -> str:
+    """One message as mqadmin's queryMsgById prints it."""
+    try:
+        body = m.body.decode()
+    except UnicodeDecodeError:
+        body = f"<{len(m.body)} bytes, not UTF-8: use --json for base64>"
+    rows = [
+        ("OffsetID", m.offset_msg_id),
+        ("MsgId", m.msg_id),
+        ("Topic", m.topic),
+        ("Tags", f"[{m.tags or ''}]"),
+        ("Keys", f"[{' '.join(m.keys)}]"),
+        ("Queue ID", m.queue_id),
+        ("Queue Offset", m.queue_offset),
+        ("CommitLog Offset", m.commit_log_offset),
+        ("Reconsume Times", m.reconsume_times),
+        ("Born Timestamp", fmt_time(m.born_timestamp)),
+        ("Store Timestamp", fmt_time(m.store_timestamp)),
+        ("Born Host", m.born_host),
+        ("Store Host", m.store_host),
+        ("System Flag", m.sys_flag),
+        ("Properties", json.dumps(m.properties, ensure_ascii=False)),
+        ("Message Body", body),
+    ]
+    return "\n".join(f"{k + ':':<20} {v}" for k, v in rows)
+
+
+def parse_timestamp(text: str) -> int:
+    """-s/-e values: epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS (local time)."""
+    t = text.strip()
+    if t.lower() == "now":
+        return int(datetime.datetime.now().timestamp() * 1000)
+    if t.lstrip("-").isdigit():
+        return int(t)
+    for parse in (
+        lambda s: datetime.datetime.strptime(s, JAVA_TIME_FORMAT),
+        datetime.datetime.fromisoformat,
+    ):
+        try:
+            return int(parse(t).timestamp() * 1000)
+        except ValueError:
+            continue
+    raise argparse.ArgumentTypeError(
+        f"timestamp {text!r} is neither epoch milliseconds, 'now', nor yyyy-MM-dd#HH:mm:ss:SSS"
+    )
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "1", "yes"):
+        return True
+    if t in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def _perm(perm: int) -> str:
+    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
+
+
+@dataclasses.dataclass(slots=True)
+class Output:
+    """What a command shows: `data` for --json, `text` otherwise."""
+
+    data: Any
+    text: str
+
+
+# -- commands --------------------------------------------------------------------------------
+
+Run = Callable[[AdminClient, argparse.Namespace], Awaitable[Output]]
+
+
+async def _update_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
+    r = await admin.create_topic(
+        a.topic,
+        read_queue_nums=a.read_queues,
+        write_queue_nums=a.write_queues,
+        perm=a.perm,
+        order=a.order,
+        cluster=a.cluster,
+        broker_addr=a.broker_addr,
+    )
+    lines = [f"create topic to {b} success: {r.topic}" for b in r.brokers]
+    lines.append(
+        f"TopicConfig [topicName={r.topic}, readQueueNums={r.read_queue_nums}, "
+        f"writeQueueNums={r.write_queue_nums}, perm={_perm(r.perm)}, order={str(r.order).lower()}]"
+    )
+    return Output(as_json(r), "\n".join(lines))
+
+
+async def _delete_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
+    r = await admin.delete_topic(a.topic, a.cluster)
+    text = (
+        f"delete topic [{r.topic}] from cluster [{a.cluster or 'all'}] success "
+        f"({', '.join(r.brokers)}).\n"
+        f"delete topic [{r.topic}] from NameServer success ({', '.join(r.name_servers)})."
+    )
+    return Output(as_json(r), text)
+
+
+async def _topic_list(admin: AdminClient, a: argparse.Namespace) -> Output:
+    topics = await admin.topic_list()
+    return Output(topics, "\n".join(topics))
+
+
+async def _topic_route(admin: AdminClient, a: argparse.Namespace) -> Output:
+    route = await admin.topic_route(a.topic)
+    brokers = table(
+        ["Cluster", "Broker Name", "BID", "Addr"],
+        [
+            (b.cluster, b.broker_name, bid, addr)
+            for b in route.broker_datas
+            for bid, addr in sorted(b.broker_addrs.items())
+        ],
+    )
+    queues = table(
+        ["Broker Name", "Read Queues", "Write Queues", "Perm"],
+        [
+            (q.broker_name, q.read_queue_nums, q.write_queue_nums, _perm(q.perm))
+            for q in route.queue_datas
+        ],
+    )
+    return Output(as_json(route), f"{brokers}\n\n{queues}")
+
+
+async def _topic_status(admin: AdminClient, a: argparse.Namespace) -> Output:
+    st = await admin.topic_status(a.topic)
+    text = table(
+        ["Broker Name", "QID", "Min Offset", "Max Offset", "Last Updated"],
+        [
+            (
+                q.broker_name,
+                q.queue_id,
+                q.min_offset,
+                q.max_offset,
+                fmt_time(q.last_update_timestamp),
+            )
+            for q in st.queues
+        ],
+    )
+    return Output(as_json(st), text)
+
+
+async def _cluster_list(admin: AdminClient, a: argparse.Namespace) -> Output:
+    info = await admin.cluster_list()
+    brokers = [b for b in info.brokers if a.cluster is None or b.cluster == a.cluster]
+    if a.cluster is not None and not brokers:
+        raise ClientError(f"cluster {a.cluster!r} is unknown to the name server")
+    rows = []
+    for b in brokers:
+        rt = b.runtime
+        boot = int(rt.get("bootTimestamp", "0") or 0)
+        rows.append(
+            (
+                b.cluster,
+                b.broker_name,
+                b.broker_id,
+                b.addr,
+                rt.get("brokerVersionDesc") or ("unreachable" if b.error else None),
+                rt.get("commitLogMaxOffset"),
+                rt.get("connections"),
+                fmt_time(boot) if boot else None,
+            )
+        )
+    text = table(
+        [
+            "Cluster Name",
+            "Broker Name",
+            "BID",
+            "Addr",
+            "Version",
+            "CommitLog Max",
+            "Connections",
+            "Boot Time",
+        ],
+        rows,
+    )
+    errors = [f"{b.addr}: {b.error}" for b in brokers if b.error]
+    if errors:
+        text += "\n\n" + "\n".join(errors)
+    return Output([as_json(b) for b in brokers], text)
+
+
+async def _broker_status(admin: AdminClient, a: argparse.Namespace) -> Output:
+    if a.broker_addr:
+        addrs = [a.broker_addr]
+    else:
+        info = await admin.cluster_list()
+        addrs = [b.addr for b in info.brokers if b.cluster == a.cluster]
+        if not addrs:
+            raise ClientError(f"cluster {a.cluster!r} has no broker")
+    tables = {addr: await admin.broker_status(addr) for addr in addrs}
+    width = max((len(k) for t in tables.values() for k in t), default=0)
+    lines: list[str] = []
+    for addr, t in tables.items():
+        prefix = f"{addr:<22} " if len(tables) > 1 else ""
+        lines.extend(f"{prefix}{k:<{width}} : {v}" for k, v in t.items())
+    data = tables[addrs[0]] if a.broker_addr else tables
+    return Output(data, "\n".join(lines))
+
+
+async def _consumer_progress(admin: AdminClient, a: argparse.Namespace) -> Output:
+    p = await admin.consumer_progress(a.group, a.topic)
+    text = table(
+        ["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff"],
+        [
+            (q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.diff)
+            for q in p.queues
+        ],
+    )
+    text += f"\n\nDiff Total: {p.diff_total}"
+    text += f"\nOnline consumers: {', '.join(p.clients) if p.clients else 'none'}"
+    return Output(as_json(p), text)
+
+
+def _messages_output(msgs: list[MessageExt]) -> Output:
+    return Output(
+        [message_as_dict(m) for m in msgs],
+        "\n\n".join(message_detail(m) for m in msgs),
+    )
+
+
+async def _query_msg_by_id(admin: AdminClient, a: argparse.Namespace) -> Output:
+    ids = [i for i in (s.strip() for s in a.msg_id.split(",")) if i]
+    if not ids:
+        raise ClientError("no message id given")
+    msgs: list[MessageExt] = []
+    for msg_id in ids:
+        msgs.extend(await admin.query_msg_by_id(msg_id, a.topic))
+    return _messages_output(msgs)
+
+
+async def _query_msg_by_key(admin: AdminClient, a: argparse.Namespace) -> Output:
+    msgs = await admin.query_msg_by_key(a.topic, a.key, a.max_num, a.begin, a.end)
+    if not msgs:
+        raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic}")
+    text = table(
+        ["Message ID", "Broker Name", "QID", "Offset", "Tags", "Keys", "Store Time", "Body"],
+        [
+            (
+                m.msg_id,
+                m.broker_name or m.store_host,
+                m.queue_id,
+                m.queue_offset,
+                m.tags,
+                " ".join(m.keys),
+                fmt_time(m.store_timestamp),
+                short_body(m.body),
+            )
+            for m in msgs
+        ],
+    )
+    return Output([message_as_dict(m) for m in msgs], text)
+
+
+async def _query_msg_by_offset(admin: AdminClient, a: argparse.Namespace) -> Output:
+    m = await admin.query_msg_by_offset(a.topic, a.broker_name, a.queue_id, a.offset)
+    return _messages_output([m])
+
+
+async def _reset_offset_by_time(admin: AdminClient, a: argparse.Namespace) -> Output:
+    r = await admin.reset_offset_by_time(a.group, a.topic, a.timestamp, a.force)
+    text = table(
+        ["Topic", "Broker Name", "QID", "Old Offset", "New Offset"],
+        [(q.topic, q.broker_name, q.queue_id, q.old_offset, q.new_offset) for q in r.queues],
+    )
+    when = {-1: "the max offset", 0: "the first message"}.get(r.timestamp) or fmt_time(r.timestamp)
+    head = f"reset offsets of group {r.group} on topic {r.topic} to {when} ({r.timestamp})"
+    if r.notified_brokers:
+        head += f"; online consumers were told by {', '.join(r.notified_brokers)}"
+    else:
+        head += (
+            "; no consumer of the group is online: offsets committed "
+            "(consumers started later begin there)"
+        )
+    return Output(as_json(r), f"{head}\n{text}")
+
+
+async def _send_message(admin: AdminClient, a: argparse.Namespace) -> Output:
+    r = await admin.send_message(
+        a.topic, a.body, tags=a.tags, keys=a.keys, broker_name=a.broker_name, queue_id=a.queue_id
+    )
+    text = table(
+        ["Broker Name", "QID", "Send Result", "MsgId", "OffsetMsgId", "Queue Offset"],
+        [
+            (
+                r.message_queue.broker_name,
+                r.message_queue.queue_id,
+                r.send_status.name,
+                r.msg_id,
+                r.offset_msg_id,
+                r.queue_offset,
+            )
+        ],
+    )
+    return Output(send_result_as_dict(r), text)
+
+
+async def _consume_message(admin: AdminClient, a: argparse.Namespace) -> Output:
+    msgs = await admin.consume_message(
+        a.topic,
+        a.count,
+        broker_name=a.broker_name,
+        queue_id=a.queue_id,
+        offset=a.offset,
+        begin_ms=a.begin,
+        end_ms=a.end,
+    )
+    text = table(
+        ["Broker Name", "QID", "Offset", "Message ID", "Tags", "Keys", "Store Time", "Body"],
+        [
+            (
+                m.broker_name,
+                m.queue_id,
+                m.queue_offset,
+                m.msg_id,
+                m.tags,
+                " ".join(m.keys),
+                fmt_time(m.store_timestamp),
+                short_body(m.body),
+            )
+            for m in msgs
+        ],
+    )
+    return Output([message_as_dict(m) for m in msgs], f"{text}\n\n{len(msgs)} message(s)")
+
+
+# -- argument parsing ----------------------------------------------------------------------
+
+
+def _opt(p: argparse._ActionsContainer, short: str, *longs: str, **kw: Any) -> None:
+    p.add_argument(short, *(f"--{n}" for n in longs), **kw)
+
+
+def _topic(p: argparse.ArgumentParser, required: bool = True) -> None:
+    _opt(p, "-t", "topic", required=required, help="topic name")
+
+
+def _group(p: argparse.ArgumentParser) -> None:
+    _opt(p, "-g", "consumerGroup", "group", dest="group", required=True, help="consumer group")
+
+
+def _setup_update_topic(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="one broker (ip:port)")
+    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
+    _topic(p)
+    _opt(p, "-r", "readQueueNums", "read-queues", dest="read_queues", type=int, default=8)
+    _opt(p, "-w", "writeQueueNums", "write-queues", dest="write_queues", type=int, default=8)
+    _opt(p, "-p", "perm", type=int, default=6, help="6 = read+write (4 read, 2 write)")
+    _opt(
+        p,
+        "-o",
+        "order",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="ordered topic (-o, or -o true|false)",
+    )
+
+
+def _setup_delete_topic(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+    _opt(p, "-c", "clusterName", "cluster", dest="cluster", help="default: every cluster")
+
+
+def _setup_cluster_list(p: argparse.ArgumentParser) -> None:
+    _opt(p, "-c", "clusterName", "cluster", dest="cluster", help="only this cluster")
+
+
+def _setup_broker_status(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
+    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every broker of a cluster")
+
+
+def _setup_consumer_progress(p: argparse.ArgumentParser) -> None:
+    _group(p)
+    _topic(p, required=False)
+
+
+def _setup_query_msg_by_id(p: argparse.ArgumentParser) -> None:
+    _opt(p, "-i", "msgId", dest="msg_id", required=True, help="message id(s), comma-separated")
+    _opt(p, "-t", "topic", help="topic: lets a UNIQ_KEY (producer's msgId) be looked up")
+
+
+def _setup_query_msg_by_key(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+    _opt(p, "-k", "msgKey", "key", dest="key", required=True, help="message key")
+    _opt(p, "-b", "beginTimestamp", dest="begin", type=parse_timestamp, default=0)
+    _opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, default=2**62)
+    _opt(p, "-c", "maxNum", dest="max_num", type=int, default=32, help="at most this many")
+
+
+def _setup_query_msg_by_offset(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+    _opt(p, "-b", "brokerName", dest="broker_name", required=True)
+    _opt(p, "-i", "queueId", dest="queue_id", type=int, required=True)
+    _opt(p, "-o", "offset", type=int, required=True, help="queue offset")
+
+
+def _setup_reset_offset_by_time(p: argparse.ArgumentParser) -> None:
+    _group(p)
+    _topic(p)
+    _opt(
+        p,
+        "-s",
+        "timestamp",
+        type=parse_timestamp,
+        required=True,
+        help="epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS (local time)",
+    )
+    _opt(p, "-f", "force", type=_bool, default=True, help="also move offsets forward (true)")
+
+
+def _setup_send_message(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+    _opt(p, "-p", "body", required=True, help="message body (text)")
+    _opt(p, "-k", "keys", help="message keys (space-separated)")
+    _opt(p, "-c", "tags", help="message tag")
+    _opt(p, "-b", "brokerName", dest="broker_name", help="send to this broker (with -i)")
+    _opt(p, "-i", "queueId", dest="queue_id", type=int, help="send to this queue (with -b)")
+
+
+def _setup_consume_message(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+    _opt(p, "-b", "brokerName", dest="broker_name", help="only this broker")
+    _opt(p, "-i", "queueId", dest="queue_id", type=int, help="only this queue id")
+    _opt(p, "-o", "offset", type=int, help="start offset (default: each queue's min)")
+    _opt(p, "-s", "beginTimestamp", dest="begin", type=parse_timestamp, help="start time")
+    _opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, help="end time")
+    _opt(p, "-c", "messageNumber", dest="count", type=int, default=128, help="at most (128)")
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _setup_topic_only(p: argparse.ArgumentParser) -> None:
+    _topic(p)
+
+
+#: (mqadmin name, dashed alias, help, argument setup, coroutine)
+COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], Run]] = [
+    ("updateTopic", "update-topic", "create or update a topic", _setup_update_topic, _update_topic),
+    ("deleteTopic", "delete-topic", "delete a topic", _setup_delete_topic, _delete_topic),
+    ("topicList", "topic-list", "topics the name server knows", _no_args, _topic_list),
+    ("topicRoute", "topic-route", "the route of a topic", _setup_topic_only, _topic_route),
+    (
+        "topicStatus",
+        "topic-status",
+        "offsets of a topic's queues",
+        _setup_topic_only,
+        _topic_status,
+    ),
+    ("clusterList", "cluster-list", "clusters and brokers", _setup_cluster_list, _cluster_list),
+    (
+        "brokerStatus",
+        "broker-status",
+        "a broker's runtime info",
+        _setup_broker_status,
+        _broker_status,
+    ),
+    (
+        "consumerProgress",
+        "consumer-progress",
+        "a consumer group's offsets and lag",
+        _setup_consumer_progress,
+        _consumer_progress,
+    ),
+    (
+        "queryMsgById",
+        "query-msg-by-id",
+        "a message by offset msg id (or UNIQ_KEY with -t)",
+        _setup_query_msg_by_id,
+        _query_msg_by_id,
+    ),
+    (
+        "queryMsgByKey",
+        "query-msg-by-key",
+        "messages by key",
+        _setup_query_msg_by_key,
+        _query_msg_by_key,
+    ),
+    (
+        "queryMsgByOffset",
+        "query-msg-by-offset",
+        "the message at a queue offset",
+        _setup_query_msg_by_offset,
+        _query_msg_by_offset,
+    ),
+    (
+        "resetOffsetByTime",
+        "reset-offset-by-time",
+        "move a group's offsets to a time",
+        _setup_reset_offset_by_time,
+        _reset_offset_by_time,
+    ),
+    ("sendMessage", "send-message", "send one message", _setup_send_message, _send_message),
+    (
+        "consumeMessage",
+        "consume-message",
+        "read messages without a group offset",
+        _setup_consume_message,
+        _consume_message,
+    ),
+]
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """-n, --json and --timeout, shared by every admin command."""
+    _opt(
+        p,
+        "-n",
+        "namesrvAddr",
+        "namesrv-addr",
+        dest="namesrv_addr",
+        default=default_namesrv(),
+        help="name servers, 'host:port[;host:port]' (default: $NAMESRV_ADDR or 127.0.0.1:9876)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="deadline of each request, seconds (5)"
+    )
 
 
 def add_arguments(sub: Any) -> None:
-    adm = sub.add_parser("admin", help="topics, routes and cluster info")
-    asub = adm.add_subparsers(dest="admin_cmd", required=True)
-
-    def ns(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-n", "--namesrv-addr", default="127.0.0.1:9876")
-
-    up = asub.add_parser("update-topic", help="create or update a topic")
-    ns(up)
-    where = up.add_mutually_exclusive_group()
-    where.add_argument("-b", "--broker-addr", help="one broker (ip:port)")
-    where.add_argument("-c", "--cluster", help="every master of a cluster")
-    up.add_argument("-t", "--topic", required=True)
-    up.add_argument("-r", "--read-queues", type=int, default=8)
-    up.add_argument("-w", "--write-queues", type=int, default=8)
-    up.add_argument("-p", "--perm", type=int, default=6)
-    up.add_argument("-o", "--order", action="store_true")
-
-    de = asub.add_parser("delete-topic", help="delete a topic from a cluster")
-    ns(de)
-    de.add_argument("-c", "--cluster", default=None)
-    de.add_argument("-t", "--topic", required=True)
-
-    ns(asub.add_parser("topic-list", help="topics the name server knows"))
-    ns(asub.add_parser("cluster-list", help="clusters and their brokers"))
-    rt = asub.add_parser("topic-route", help="the route of a topic")
-    ns(rt)
-    rt.add_argument("-t", "--topic", required=True)
-
-
-async def _call(client: RemotingClient, addr: str, code: int, fields: dict[str, str]) -> Any:
-    resp = await client.invoke(addr, RemotingCommand(code, fields), 5.0)
-    if resp.code != ResponseCode.SUCCESS:
-        raise BrokerError.from_response(resp.code, resp.remark, addr)
-    return json.loads(resp.body) if resp.body else None
-
-
-async def _masters(client: RemotingClient, namesrv: str, cluster: str | None) -> list[str]:
-    info = await _call(client, namesrv, RequestCode.GET_BROKER_CLUSTER_INFO, {})
-    names = (
-        info["clusterAddrTable"].get(cluster, [])
-        if cluster
-        else [n for ns in info["clusterAddrTable"].values() for n in ns]
+    """Register `admin` and its commands on the `pyrmq` subparsers."""
+    adm = sub.add_parser(
+        "admin",
+        help="mqadmin commands: topics, clusters, offsets, messages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    out = []
-    for name in names:
-        bd = info["brokerAddrTable"].get(name, {})
-        addr = bd.get("brokerAddrs", {}).get("0")
-        if addr:
-            out.append(addr)
-    if not out:
-        raise SystemExit(f"no master broker found for cluster {cluster or '(any)'} at {namesrv}")
-    return out
+    asub = adm.add_subparsers(dest="admin_cmd", required=True, metavar="COMMAND")
+    for name, alias, help_, setup, run in COMMANDS:
+        p = asub.add_parser(name, aliases=[alias], help=help_, description=help_)
+        add_common(p)
+        setup(p)
+        p.set_defaults(admin_run=run)
+
+
+@contextlib.contextmanager
+def quiet_logging() -> Iterator[None]:
+    """Keep the client's log lines off the terminal: a failure is reported
+    once, as the command's `error:` line."""
+    logger = logging.getLogger("pyrmq")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def error_line(e: BaseException) -> str:
+    """`error: ...` for any failure, without a traceback."""
+    if isinstance(e, RMQError | ValueError | argparse.ArgumentTypeError):
+        text = str(e) or type(e).__name__
+    elif isinstance(e, TimeoutError):
+        text = "timed out"
+    else:
+        text = f"{type(e).__name__}: {e}"
+    return f"error: {text}"
 
 
 async def _run(args: argparse.Namespace) -> int:
-    client = RemotingClient(name="admin")
-    ns = args.namesrv_addr
-    try:
-        cmd = args.admin_cmd
-        if cmd == "update-topic":
-            brokers = (
-                [args.broker_addr] if args.broker_addr else await _masters(client, ns, args.cluster)
-            )
-            fields = {
-                "topic": args.topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": str(args.read_queues),
-                "writeQueueNums": str(args.write_queues),
-                "perm": str(args.perm),
-                "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": "0",
-                "order": "true" if args.order else "false",
-            }
-            for b in brokers:
-                await _call(client, b, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
-                print(f"create topic to {b} success: {args.topic}")
-        elif cmd == "delete-topic":
-            for b in await _masters(client, ns, args.cluster):
-                await _call(client, b, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
-            await _call(client, ns, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic})
-            print(f"delete topic [{args.topic}] from cluster success")
-        elif cmd == "topic-list":
-            data = await _call(client, ns, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
-            print("\n".join(data["topicList"]))
-        elif cmd == "cluster-list":
-            print(
-                json.dumps(
-                    await _call(client, ns, RequestCode.GET_BROKER_CLUSTER_INFO, {}), indent=2
-                )
-            )
-        elif cmd == "topic-route":
-            data = await _call(
-                client, ns, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": args.topic}
-            )
-            print(json.dumps(data, indent=2))
-        return 0
-    except (BrokerError, RemotingError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        await client.shutdown()
+    run: Run = args.admin_run
+    async with AdminClient(args.namesrv_addr, timeout=args.timeout) as admin:
+        out = await run(admin, args)
+    if args.json:
+        print(json.dumps(out.data, indent=2, ensure_ascii=False))
+    elif out.text:
+        print(out.text)
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
-    return asyncio.run(_run(args))
+    with quiet_logging():
+        try:
+            return asyncio.run(_run(args))
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+        except Exception as e:
+            print(error_line(e), file=sys.stderr)
+            return 1

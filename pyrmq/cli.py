@@ -7,19 +7,31 @@ pyrmq store dump DIR     print the messages of a queue
 pyrmq standalone         a NameServer and a Broker in one process
 pyrmq namesrv            a NameServer (port 9876)
 pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
-pyrmq admin ...          topics, routes and cluster info"""
+pyrmq admin ...          mqadmin commands (pyrmq admin --help)
+pyrmq produce -t TOPIC   send --body, or each line of stdin, as messages
+pyrmq consume -t TOPIC   print a topic's messages as they arrive"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
+from typing import Any, NoReturn
 
 import rmqcore
 from pyrmq.storage import MessageStore, MessageStoreConfig
 from pyrmq.storage.check import check_store
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one `error: ...` line on stderr and exit status 1,
+    like every other failure of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: {message} (see '{self.prog} --help')\n")
 
 
 def _store_config(args: argparse.Namespace) -> MessageStoreConfig:
@@ -80,8 +92,219 @@ async def _dump(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- produce / consume ---------------------------------------------------------------------
+
+
+def _add_client_tools(sub: Any) -> None:
+    from pyrmq.admin import add_common, default_namesrv
+
+    pr = sub.add_parser(
+        "produce",
+        help="send messages: --body TEXT, or one per line of stdin",
+        description="Send --body (--count times), or each non-empty line of stdin "
+        "(at most --count lines), to a topic, printing each SendResult.",
+    )
+    add_common(pr)
+    pr.add_argument("-t", "--topic", required=True)
+    pr.add_argument("--tags", default=None, help="tag of every message")
+    pr.add_argument("--keys", default=None, help="keys of every message (space-separated)")
+    pr.add_argument("--count", type=int, default=None, help="messages to send")
+    pr.add_argument("--body", default=None, help="message body (default: read lines of stdin)")
+    pr.add_argument("-g", "--group", default="TOOLS_PRODUCER", help="producer group")
+    pr.add_argument("-q", "--quiet", action="store_true", help="print only a summary")
+    pr.set_defaults(tool=_produce)
+
+    co = sub.add_parser(
+        "consume",
+        help="print a topic's messages as they arrive",
+        description="Consume a topic with a PushConsumer and print each message "
+        "(one JSON object per line with --json). Without -g, a group of its own "
+        "(pyrmq-console-<pid>-<ms>) that starts at the end of each queue, or at the "
+        "first message with --from-beginning; with -g, the group resumes from its "
+        "committed offsets (--from-beginning then only matters for queues it has "
+        "none for). Offsets of printed messages are committed; messages pulled "
+        "beyond --count are not, so the group sees them again.",
+    )
+    co.add_argument(
+        "-n",
+        "--namesrv-addr",
+        "--namesrvAddr",
+        dest="namesrv_addr",
+        default=default_namesrv(),
+        help="name servers, 'host:port[;host:port]' (default: $NAMESRV_ADDR or 127.0.0.1:9876)",
+    )
+    co.add_argument("-t", "--topic", required=True)
+    co.add_argument("-g", "--group", default=None, help="consumer group")
+    co.add_argument("-s", "--subscription", default="*", help="tag expression ('*')")
+    co.add_argument("--from-beginning", action="store_true", help="start at the first message")
+    co.add_argument("--count", type=int, default=None, help="stop after this many messages")
+    co.add_argument(
+        "--timeout",
+        dest="idle_timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="stop when no message arrived for this many seconds (default: run until Ctrl-C)",
+    )
+    co.add_argument("--json", action="store_true", help="one JSON object per message and line")
+    co.set_defaults(tool=_consume)
+
+
+def _client_tool(args: argparse.Namespace) -> int:
+    from pyrmq.admin import error_line, quiet_logging
+
+    with quiet_logging():
+        try:
+            return int(asyncio.run(args.tool(args)))
+        except KeyboardInterrupt:
+            return 130
+        except Exception as e:
+            print(error_line(e), file=sys.stderr)
+            return 1
+
+
+def _bodies(args: argparse.Namespace) -> Any:
+    """The bodies to send: --body --count times, else stdin's non-empty lines."""
+    if args.body is not None:
+        for _ in range(1 if args.count is None else args.count):
+            yield args.body
+        return
+    n = 0
+    for line in sys.stdin:
+        if args.count is not None and n >= args.count:
+            return
+        line = line.rstrip("\r\n")
+        if line:
+            n += 1
+            yield line
+
+
+async def _produce(args: argparse.Namespace) -> int:
+    """Blocking stdin reads happen between sends, when the producer has
+    nothing in flight."""
+    from pyrmq.admin_api import send_result_as_dict
+    from pyrmq.common.message import Message
+    from pyrmq.producer import Producer
+
+    if args.count is not None and args.count < 0:
+        raise ValueError("--count must be >= 0")
+    sent = 0
+    t0 = time.perf_counter()
+    async with Producer(args.group, args.namesrv_addr, send_msg_timeout=args.timeout) as producer:
+        for body in _bodies(args):
+            r = await producer.send(Message(args.topic, body, tags=args.tags, keys=args.keys))
+            sent += 1
+            if args.quiet:
+                continue
+            if args.json:
+                print(json.dumps(send_result_as_dict(r)), flush=True)
+            else:
+                mq = r.message_queue
+                print(
+                    f"{r.send_status.name} {mq} offset={r.queue_offset} msgId={r.msg_id} "
+                    f"offsetMsgId={r.offset_msg_id}",
+                    flush=True,
+                )
+    if args.quiet:
+        dt = time.perf_counter() - t0
+        if args.json:
+            print(json.dumps({"topic": args.topic, "sent": sent, "seconds": round(dt, 3)}))
+        else:
+            print(f"sent {sent} message(s) to {args.topic} in {dt:.3f}s")
+    return 0
+
+
+async def _consume(args: argparse.Namespace) -> int:
+    from pyrmq.admin import fmt_time
+    from pyrmq.admin_api import message_as_dict
+    from pyrmq.common.errors import TopicNotExistError
+    from pyrmq.common.message import MessageExt
+    from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+
+    if args.count is not None and args.count <= 0:
+        raise ValueError("--count must be > 0")
+    group = args.group or f"pyrmq-console-{os.getpid()}-{int(time.time() * 1000)}"
+    where = (
+        ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        if args.from_beginning
+        else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    )
+    consumer = PushConsumer(
+        group,
+        args.namesrv_addr,
+        consume_from_where=where,
+        consume_message_batch_max_size=1,
+        await_termination_seconds=1.0,
+    )
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    never = asyncio.Event()
+    printed = 0
+    last = loop.time()
+
+    async def show(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        nonlocal printed, last
+        for m in msgs:
+            if args.count is not None and printed >= args.count:
+                # Not printed, so not acknowledged: wait to be cancelled at
+                # shutdown; the group's offset stays before this message.
+                await never.wait()
+            printed += 1
+            last = loop.time()
+            if args.json:
+                print(json.dumps(message_as_dict(m), ensure_ascii=False), flush=True)
+            else:
+                head = f"{m.topic}@{m.broker_name}#{m.queue_id} offset={m.queue_offset}"
+                meta = f"msgId={m.msg_id} tags={m.tags or '-'} keys={' '.join(m.keys) or '-'}"
+                when = fmt_time(m.store_timestamp)
+                print(f"[{head} {when} {meta}] {m.body.decode(errors='replace')}", flush=True)
+            if args.count is not None and printed >= args.count:
+                done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    try:
+        route = await consumer.client.update_topic_route(args.topic)
+        if route is None:
+            raise TopicNotExistError(f"topic {args.topic!r} does not exist (no route)")
+        if args.group is None and not args.from_beginning:
+            await _start_at_end(consumer.client, group, args.topic)
+    except BaseException:
+        await consumer.client.shutdown()
+        raise
+    consumer.subscribe(args.topic, args.subscription)
+    consumer.register_message_listener(show)
+    await consumer.start()
+    try:
+        while not done.is_set():
+            wait = None if args.idle_timeout is None else last + args.idle_timeout - loop.time()
+            if wait is not None and wait <= 0:
+                break
+            try:
+                async with asyncio.timeout(wait):
+                    await done.wait()
+            except TimeoutError:
+                continue
+    finally:
+        await consumer.shutdown()
+    print(f"{printed} message(s) consumed by group {group}", file=sys.stderr)
+    return 0
+
+
+async def _start_at_end(client: Any, group: str, topic: str) -> None:
+    """Commit each queue's max offset for a new group, so it reads only
+    messages sent from now on (the broker would start a group without an
+    offset at 0 on a queue whose first message is still stored)."""
+    route = client.routes[topic]
+    for mq in route.subscribe_queues(topic):
+        addr = client.find_broker_addr(mq.broker_name)
+        if addr is None:
+            continue
+        offset = await client.api.get_max_offset(addr, mq)
+        await client.api.update_consumer_offset(addr, group, mq, offset)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="pyrmq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -105,11 +328,14 @@ def main(argv: list[str] | None = None) -> int:
 
     serve.add_arguments(sub)
     admin.add_arguments(sub)
+    _add_client_tools(sub)
     args = p.parse_args(argv)
     if args.cmd in ("namesrv", "broker", "standalone"):
         return serve.main(args)
     if args.cmd == "admin":
         return admin.main(args)
+    if args.cmd in ("produce", "consume"):
+        return _client_tool(args)
     if args.store_cmd == "check":
         return _check(args)
     if args.store_cmd == "demo":

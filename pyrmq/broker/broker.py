@@ -141,6 +141,8 @@ class Broker:
             self.offsets,
             runtime_info=self.runtime_info,
             publish_topics=self._topics_published,
+            consumers=self.consumers,
+            broker_name=cfg.broker_name,
         )
         self.schedule = ScheduleMessageService(
             store,
@@ -177,6 +179,9 @@ class Broker:
         server.register(RequestCode.VIEW_MESSAGE_BY_ID, admin.view_message_by_id)
         server.register(RequestCode.QUERY_MESSAGE, admin.query_message)
         server.register(RequestCode.GET_BROKER_RUNTIME_INFO, admin.runtime_info)
+        server.register(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, admin.invoke_broker_to_reset_offset
+        )
         server.add_close_listener(self._channel_closed)
         self.outer = BrokerOuterAPI(
             self.client,

@@ -3,7 +3,7 @@
 (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
-GET_BROKER_RUNTIME_INFO (28)."""
+GET_BROKER_RUNTIME_INFO (28), INVOKE_BROKER_TO_RESET_OFFSET (222)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, header_int, int_field
 from pyrmq.broker.topic_config import (
@@ -22,8 +23,13 @@ from pyrmq.broker.topic_config import (
     TopicConfigManager,
     check_topic_name,
 )
-from pyrmq.common.errors import BrokerSystemError, MessageIllegalError, StoreError
-from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.common.errors import (
+    BrokerSystemError,
+    ConsumerNotOnlineError,
+    MessageIllegalError,
+    StoreError,
+)
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
 
@@ -39,10 +45,14 @@ class AdminBrokerProcessor:
         *,
         runtime_info: Callable[[], dict[str, str]],
         publish_topics: Callable[[], Awaitable[None]] | None = None,
+        consumers: ConsumerManager | None = None,
+        broker_name: str = "",
     ) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
+        self.consumers = consumers
+        self.broker_name = broker_name
         self._runtime_info = runtime_info
         self._publish_topics = publish_topics
 
@@ -159,3 +169,99 @@ class AdminBrokerProcessor:
         table: dict[str, Any] = self._runtime_info()
         body = json.dumps({"table": {k: str(v) for k, v in table.items()}}).encode()
         return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    def invoke_broker_to_reset_offset(
+        self, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222; Broker2Client.resetOffset):
+        move a consumer group's offsets of every readable queue of a topic on
+        this broker to the first message stored at or after `timestamp` (the
+        max offset when none is; timestamp -1 means the max offset). Without
+        `isForce`, an offset only moves backwards.
+
+        Header: topic, group, timestamp (ms), isForce ("true"/"false").
+        The group must have a consumer online, else CONSUMER_NOT_ONLINE
+        (206), and the admin tool commits the offsets itself with
+        UPDATE_CONSUMER_OFFSET, as mqadmin does. Then the broker commits the
+        new offsets (Java leaves that to the consumers; doing it here too
+        makes the reset visible at once and keeps it if a consumer dies
+        before its next commit) and sends each online consumer of the group
+        a one-way RESET_CONSUMER_CLIENT_OFFSET (220) with the same header
+        (plus the new offsets in the body) so it adopts them in memory.
+
+        Body of 220 and of this answer, by the receiver's language: for Java
+        clients, Java's ResetOffsetBody as fastjson writes it, a map keyed
+        by JSON objects (`{"offsetTable":{{"brokerName":..,"queueId":..,
+        "topic":..}:123}}`, not valid JSON); for every other language (C++,
+        Python, ...) ResetOffsetBodyForC, valid JSON (protocol doc section 6.6):
+        `{"offsetTable":[{"brokerName":"b","queueId":0,"topic":"T","offset":123},...]}`."""
+        f = cmd.ext_fields
+        topic = field(cmd, "topic")
+        group = field(cmd, "group")
+        timestamp = header_int(f, "timestamp", code=cmd.code)
+        force = (f.get("isForce") or "true").lower() != "false"
+        tc = self.topics.get(topic)
+        if tc is None:
+            raise BrokerSystemError(
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}"
+            )
+        info = self.consumers.groups.get(group) if self.consumers is not None else None
+        channels = [(c, ci) for c, ci in (info.channels.items() if info else ()) if _is_open(c)]
+        if not channels:
+            raise ConsumerNotOnlineError(
+                f"Consumer not online, so can not reset offset, Group: {group} "
+                f"Topic: {topic} Timestamp: {timestamp}"
+            )
+        table: list[tuple[int, int]] = []
+        for qid in range(tc.read_queue_nums):
+            current = self.offsets.query_offset(group, topic, qid)
+            if timestamp < 0:
+                new = self.store.max_offset_in_queue(topic, qid)
+            else:
+                new = self.store.offset_in_queue_by_time(topic, qid, timestamp)
+            new = max(0, new)
+            if not force and 0 <= current <= new:
+                new = current
+            self.offsets.commit_offset(group, topic, qid, new)
+            table.append((qid, new))
+        header = {
+            "topic": topic,
+            "group": group,
+            "timestamp": str(timestamp),
+            "isForce": "true" if force else "false",
+        }
+        for channel, client in channels:
+            log.info(
+                "reset offsets of %s on %s for client %s: %s", group, topic, client.client_id, table
+            )
+            channel.invoke_oneway(
+                RemotingCommand(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    dict(header),
+                    self._reset_body(topic, table, client.language),
+                    language="JAVA",
+                )
+            )
+        return cmd.response(ResponseCode.SUCCESS, body=self._reset_body(topic, table, cmd.language))
+
+    def _reset_body(self, topic: str, table: list[tuple[int, int]], language: str) -> bytes:
+        """ResetOffsetBody for Java, ResetOffsetBodyForC for everyone else."""
+        name = self.broker_name
+        if language == "JAVA":
+            items = ",".join(
+                json.dumps(
+                    {"brokerName": name, "queueId": qid, "topic": topic}, separators=(",", ":")
+                )
+                + f":{offset}"
+                for qid, offset in table
+            )
+            return ('{"offsetTable":{' + items + "}}").encode()
+        entries = [
+            {"brokerName": name, "queueId": qid, "topic": topic, "offset": offset}
+            for qid, offset in table
+        ]
+        return json.dumps({"offsetTable": entries}, separators=(",", ":")).encode()
+
+
+def _is_open(channel: Any) -> bool:
+    return isinstance(channel, Connection) and channel.is_open
