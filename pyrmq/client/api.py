@@ -21,6 +21,7 @@ from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, Respons
 
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+_DEFAULT_TOPIC_QUEUE_NUMS_STR = str(DEFAULT_TOPIC_QUEUE_NUMS)
 
 _SEND_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
@@ -97,6 +98,65 @@ class MQClientAPI:
 
     # -- broker: send ----------------------------------------------------------------
 
+    @staticmethod
+    def send_command(
+        mq: MessageQueue,
+        body: bytes,
+        properties: str,
+        *,
+        producer_group: str,
+        sys_flag: int,
+        born_timestamp: int,
+        flag: int = 0,
+        batch: bool = False,
+        reconsume_times: int = 0,
+        max_reconsume_times: int | None = None,
+    ) -> RemotingCommand:
+        """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch body)."""
+        ext = {
+            "a": producer_group,
+            "b": mq.topic,
+            "c": DEFAULT_TOPIC,
+            "d": _DEFAULT_TOPIC_QUEUE_NUMS_STR,
+            "e": str(mq.queue_id),
+            "f": str(sys_flag),
+            "g": str(born_timestamp),
+            "h": str(flag),
+            "i": properties,
+            "j": str(reconsume_times),
+            "k": "false",
+            "m": "true" if batch else "false",
+            "n": mq.broker_name,
+        }
+        if max_reconsume_times is not None:
+            ext["l"] = str(max_reconsume_times)
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        return RemotingCommand(code, ext, body)
+
+    @staticmethod
+    def send_result(
+        resp: RemotingCommand, mq: MessageQueue, unique_ids: str, addr: str
+    ) -> SendResult:
+        """The SendResult of a send's response; raises for refusals."""
+        status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise _raise(resp, addr)
+        f = resp.ext_fields
+        try:
+            queue_id = int(f.get("queueId", mq.queue_id))
+            queue_offset = int(f.get("queueOffset", -1))
+        except ValueError:
+            raise RemotingError(f"broker {addr} sent a malformed send response: {f}") from None
+        return SendResult(
+            status,
+            unique_ids,
+            f.get("msgId", ""),
+            mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
+            queue_offset,
+            f.get("transactionId"),
+            f.get("MSG_REGION"),
+        )
+
     async def send_message(
         self,
         addr: str,
@@ -115,48 +175,24 @@ class MQClientAPI:
         timeout: float,
         oneway: bool = False,
     ) -> SendResult | None:
-        """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE; None when oneway."""
-        ext = {
-            "a": producer_group,
-            "b": mq.topic,
-            "c": DEFAULT_TOPIC,
-            "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
-            "e": str(mq.queue_id),
-            "f": str(sys_flag),
-            "g": str(born_timestamp),
-            "h": str(flag),
-            "i": properties,
-            "j": str(reconsume_times),
-            "k": "false",
-            "m": "true" if batch else "false",
-            "n": mq.broker_name,
-        }
-        if max_reconsume_times is not None:
-            ext["l"] = str(max_reconsume_times)
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        cmd = RemotingCommand(code, ext, body)
+        """Send and wait for the answer; None when oneway."""
+        cmd = self.send_command(
+            mq,
+            body,
+            properties,
+            producer_group=producer_group,
+            sys_flag=sys_flag,
+            born_timestamp=born_timestamp,
+            flag=flag,
+            batch=batch,
+            reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+        )
         if oneway:
             await self.remoting.invoke_oneway(addr, cmd)
             return None
         resp = await self.remoting.invoke(addr, cmd, timeout)
-        status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
-        if status is None:
-            raise _raise(resp, addr)
-        f = resp.ext_fields
-        try:
-            queue_id = int(f.get("queueId", mq.queue_id))
-            queue_offset = int(f.get("queueOffset", -1))
-        except ValueError:
-            raise RemotingError(f"broker {addr} sent a malformed send response: {f}") from None
-        return SendResult(
-            status,
-            unique_ids,
-            f.get("msgId", ""),
-            MessageQueue(mq.topic, mq.broker_name, queue_id),
-            queue_offset,
-            f.get("transactionId"),
-            f.get("MSG_REGION"),
-        )
+        return self.send_result(resp, mq, unique_ids, addr)
 
     async def consumer_send_message_back(
         self,

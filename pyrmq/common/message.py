@@ -189,8 +189,9 @@ class MessageExt(Message):
     is already inflated when the sender compressed it."""
 
     __slots__ = (
+        "_born_host",
+        "_store_host",
         "body_crc",
-        "born_host",
         "born_timestamp",
         "broker_name",
         "commit_log_offset",
@@ -198,7 +199,6 @@ class MessageExt(Message):
         "queue_id",
         "queue_offset",
         "reconsume_times",
-        "store_host",
         "store_size",
         "store_timestamp",
         "sys_flag",
@@ -218,14 +218,30 @@ class MessageExt(Message):
         self.queue_offset = rec["queue_offset"]
         self.commit_log_offset = rec["commit_log_offset"]
         self.born_timestamp = rec["born_timestamp"]
-        self.born_host = host_str(rec["born_host"])
+        self._born_host: bytes | str = rec["born_host"]
         self.store_timestamp = rec["store_timestamp"]
-        self.store_host = host_str(rec["store_host"])
+        self._store_host: bytes | str = rec["store_host"]
         self.reconsume_times = rec["reconsume_times"]
         self.prepared_transaction_offset = rec["prepared_transaction_offset"]
         self.body_crc = rec["body_crc"]
         self.store_size = rec["store_size"]
         self.broker_name = broker_name
+
+    @property
+    def born_host(self) -> str:
+        """The sender's address, ip:port (decoded on first use)."""
+        h = self._born_host
+        if isinstance(h, bytes):
+            h = self._born_host = host_str(h)
+        return h
+
+    @property
+    def store_host(self) -> str:
+        """The storing broker's address, ip:port (decoded on first use)."""
+        h = self._store_host
+        if isinstance(h, bytes):
+            h = self._store_host = host_str(h)
+        return h
 
     @property
     def offset_msg_id(self) -> str:

@@ -14,6 +14,7 @@ send's deadline."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import zlib
@@ -37,6 +38,7 @@ from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
+from pyrmq.remoting import RemotingCommand
 
 log = logging.getLogger("pyrmq.producer")
 
@@ -300,7 +302,7 @@ class Producer:
         when no broker answered in time, ClientError for bad input."""
         self._check_running()
         body, props, sys_flag, uniq = self._prepare(msg)
-        return await self._send(
+        return await self._send_future(
             msg.topic,
             body,
             props,
@@ -332,7 +334,7 @@ class Producer:
         msgs = list(msgs)
         topic, body, ids = self._prepare_batch(msgs)
         props = ""
-        return await self._send(
+        return await self._send_future(
             topic,
             body,
             props,
@@ -370,22 +372,20 @@ class Producer:
             msgs = list(msg)
             topic, body, uniq = self._prepare_batch(msgs)
             props, sys_flag, flag, batch, first = "", 0, 0, True, msgs[0]
-        task = asyncio.ensure_future(
-            self._send(
-                topic,
-                body,
-                props,
-                sys_flag,
-                uniq,
-                flag,
-                batch,
-                mq,
-                selector,
-                arg,
-                first,
-                timeout,
-                self.retry_times_when_send_async_failed,
-            )
+        task = self._send_future(
+            topic,
+            body,
+            props,
+            sys_flag,
+            uniq,
+            flag,
+            batch,
+            mq,
+            selector,
+            arg,
+            first,
+            timeout,
+            self.retry_times_when_send_async_failed,
         )
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
@@ -461,6 +461,139 @@ class Producer:
             self.client.spawn(self.client.send_heartbeat_to_all_brokers(), "pyrmq:producer:hb")
         return addr
 
+    def _send_future(
+        self,
+        topic: str,
+        body: bytes,
+        props: str,
+        sys_flag: int,
+        uniq: str,
+        flag: int,
+        batch: bool,
+        mq: MessageQueue | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+        msg: Message,
+        timeout: float | None,
+        retries: int,
+    ) -> asyncio.Future[SendResult]:
+        """The first attempt without a coroutine when the route, the broker
+        address and its connection are at hand (the pipelined hot path:
+        one future and two callbacks per message); anything else, and every
+        retry, goes through _send."""
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        info = self.topic_publish_info_table.get(topic)
+        conn = None
+        if (
+            mq is None
+            and selector is None
+            and info is not None
+            and info.queues
+            and self._heartbeat_sent
+        ):
+            target = self.fault_strategy.select_one_message_queue(info, None)
+            addr = self.client.find_broker_addr(target.broker_name)
+            if addr is not None:
+                conn = self.client.remoting.open_connection(addr)
+        if conn is None:
+            return asyncio.ensure_future(
+                self._send(
+                    topic,
+                    body,
+                    props,
+                    sys_flag,
+                    uniq,
+                    flag,
+                    batch,
+                    mq,
+                    selector,
+                    arg,
+                    msg,
+                    timeout,
+                    retries,
+                )
+            )
+        loop = asyncio.get_running_loop()
+        born = int(time.time() * 1000)
+        cmd = self.client.api.send_command(
+            target,
+            body,
+            props,
+            producer_group=self.producer_group,
+            sys_flag=sys_flag,
+            born_timestamp=born,
+            flag=flag,
+            batch=batch,
+        )
+        out: asyncio.Future[SendResult] = loop.create_future()
+        t0 = loop.time()
+        try:
+            rf = conn.request(cmd, timeout)
+        except RemotingError as e:
+            rf = loop.create_future()
+            rf.set_exception(e)
+
+        def done(rf: asyncio.Future[RemotingCommand]) -> None:
+            if out.done():
+                return
+            if rf.cancelled():
+                out.cancel()
+                return
+            elapsed = loop.time() - t0
+            error: BaseException | None = None
+            try:
+                result = self.client.api.send_result(rf.result(), target, uniq, addr)
+            except (RemotingError, BrokerError) as e:
+                self.fault_strategy.update_fault_item(target.broker_name, int(elapsed * 1000), True)
+                if (isinstance(e, BrokerError) and not e.retriable) or retries <= 0:
+                    out.set_exception(e)
+                    return
+                log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, e)
+                self.topic_publish_info_table.pop(topic, None)
+                error = e
+            except BaseException as e:  # a bug: surface it to the caller
+                out.set_exception(e)
+                return
+            else:
+                self.fault_strategy.update_fault_item(
+                    target.broker_name, int(elapsed * 1000), False
+                )
+                if (
+                    result.send_status is SendStatus.SEND_OK
+                    or not self.retry_another_broker_when_not_store_ok
+                    or retries <= 0
+                ):
+                    out.set_result(result)
+                    return
+            left = timeout - elapsed
+            if left <= 0:
+                out.set_exception(error or RemotingError(f"sending to {topic} timed out"))
+                return
+            nxt = asyncio.ensure_future(
+                self._send(
+                    topic,
+                    body,
+                    props,
+                    sys_flag,
+                    uniq,
+                    flag,
+                    batch,
+                    mq,
+                    selector,
+                    arg,
+                    msg,
+                    left,
+                    retries - 1,
+                    target.broker_name,
+                    born,
+                    error,
+                )
+            )
+            nxt.add_done_callback(functools.partial(_copy_outcome, out))
+
+        rf.add_done_callback(done)
+        return out
+
     async def _send(
         self,
         topic: str,
@@ -476,42 +609,62 @@ class Producer:
         msg: Message,
         timeout: float | None,
         retries: int,
+        avoid: str | None = None,
+        born: int | None = None,
+        first_error: BaseException | None = None,
     ) -> SendResult:
         """sendDefaultImpl: pick a queue, send, and on failure try again on
         another broker while attempts and the deadline last. A queue the
-        caller chose (mq or selector) is not rotated away from."""
+        caller chose (mq or selector) is not rotated away from. `avoid` is
+        the broker a previous attempt failed on."""
         timeout = self.send_msg_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         begin = loop.time()
         deadline = begin + timeout
         attempts = 1 + retries
-        last_broker: str | None = None
-        last_error: BaseException | None = None
-        born = int(time.time() * 1000)
+        last_broker: str | None = avoid
+        last_error: BaseException | None = first_error
+        if born is None:
+            born = int(time.time() * 1000)
         for attempt in range(attempts):
             left = deadline - loop.time()
             if left <= 0:
                 break
-            target = await self._pick_queue(topic, mq, selector, arg, msg, last_broker)
+            info = self.topic_publish_info_table.get(topic)
+            if mq is None and selector is None and info is not None and info.queues:
+                target = self.fault_strategy.select_one_message_queue(info, last_broker)
+            else:
+                # the deadline covers the route lookup (a name server call,
+                # a new broker's heartbeat), not only the request
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        target = await self._pick_queue(topic, mq, selector, arg, msg, last_broker)
+                except TimeoutError:
+                    break
             last_broker = target.broker_name
             t0 = loop.time()
             try:
-                addr = await self._broker_addr(target)
-                result = await self.client.api.send_message(
-                    addr,
-                    target,
-                    body,
-                    props,
-                    producer_group=self.producer_group,
-                    sys_flag=sys_flag,
-                    born_timestamp=born,
-                    flag=flag,
-                    batch=batch,
-                    unique_ids=uniq,
-                    timeout=left,
-                )
+                async with asyncio.timeout_at(deadline):
+                    addr = self.client.find_broker_addr(target.broker_name)
+                    if addr is None or not self._heartbeat_sent:
+                        addr = await self._broker_addr(target)
+                    result = await self.client.api.send_message(
+                        addr,
+                        target,
+                        body,
+                        props,
+                        producer_group=self.producer_group,
+                        sys_flag=sys_flag,
+                        born_timestamp=born,
+                        flag=flag,
+                        batch=batch,
+                        unique_ids=uniq,
+                        timeout=max(deadline - loop.time(), 0.0),
+                    )
                 assert result is not None
-            except (RemotingError, BrokerError, ClientError) as e:
+            except (RemotingError, BrokerError, ClientError, TimeoutError) as e:
+                if isinstance(e, TimeoutError):  # connecting or the heartbeat used it up
+                    e = RemotingError(f"send to {target} timed out after {timeout:.3f}s")
                 elapsed_ms = int((loop.time() - t0) * 1000)
                 self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, True)
                 last_error = e
@@ -539,3 +692,16 @@ class Producer:
             raise RemotingError(f"sending to {topic} timed out after {timeout:.3f}s")
         last_error.add_note(f"send to {topic}: {attempts} attempt(s) failed in {timeout:.3f}s")
         raise last_error
+
+
+def _copy_outcome(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult]) -> None:
+    if out.done():
+        if not src.cancelled():
+            src.exception()  # retrieved: the caller gave up on it
+        return
+    if src.cancelled():
+        out.cancel()
+    elif src.exception() is not None:
+        out.set_exception(src.exception())  # type: ignore[arg-type]
+    else:
+        out.set_result(src.result())

@@ -79,6 +79,11 @@ class RemotingClient:
             raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
         return proto
 
+    def open_connection(self, addr: str) -> Connection | None:
+        """The open connection to addr, if there is one (no connecting)."""
+        conn = self._conns.get(addr)
+        return conn if conn is not None and conn.is_open else None
+
     async def invoke(
         self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
     ) -> RemotingCommand:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -248,29 +249,46 @@ class Connection(asyncio.Protocol):
     # -- requests from this side ---------------------------------------------------
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send a request and wait for its response (RemotingTimeoutError-like
-        RemotingError after timeout seconds)."""
+        """Send a request and wait for its response (RemotingError after
+        timeout seconds)."""
+        return await self.request(cmd, timeout)
+
+    def request(self, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        """Send a request; the future gets its response, or RemotingError
+        after timeout seconds or when the connection closes. Cancelling it
+        forgets the request. (No coroutine: the producer's pipelined path
+        chains callbacks on it.)"""
         if self.transport is None or self.transport.is_closing():
             raise RemotingError(f"connection to {self.peer} is closed")
-        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        opaque = cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag &= ~FLAG_RESPONSE
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[cmd.opaque] = fut
-        try:
-            self.send(cmd)
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            raise RemotingError(
-                f"no answer from {self.peer} to request code {cmd.code} in {timeout:.3f}s"
-            ) from None
-        finally:
-            self._pending.pop(cmd.opaque, None)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
+        # requests made in one loop iteration leave in one write; a timer
+        # handle is much cheaper per request than an asyncio.timeout scope
+        self.send_soon(cmd)
+        timer = loop.call_at(loop.time() + timeout, self._expire, opaque, cmd.code, timeout)
+        fut.add_done_callback(functools.partial(self._forget, opaque, timer))
+        return fut
+
+    def _forget(self, opaque: int, timer: asyncio.TimerHandle, _: object) -> None:
+        timer.cancel()
+        self._pending.pop(opaque, None)
+
+    def _expire(self, opaque: int, code: int, timeout: float) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                RemotingError(
+                    f"no answer from {self.peer} to request code {code} in {timeout:.3f}s"
+                )
+            )
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
-        self.send(cmd)
+        self.send_soon(cmd)
 
     def abort(self, reason: str) -> None:
         """Close this connection at once, logging why."""
