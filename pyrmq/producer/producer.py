@@ -95,7 +95,8 @@ class Producer:
             heartbeat_broker_interval=heartbeat_broker_interval,
         )
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
-        self._inflight: set[asyncio.Task[Any]] = set()
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
         self._state = "CREATED"
         self._heartbeat_sent = False
 
@@ -132,7 +133,12 @@ class Producer:
             return
         self._state = "STOPPING"
         if self._inflight:
-            await asyncio.wait(set(self._inflight), timeout=self.send_msg_timeout * 3 + 1)
+            self._idle = asyncio.Event()
+            try:
+                async with asyncio.timeout(self.send_msg_timeout * 3 + 1):
+                    await self._idle.wait()
+            except TimeoutError:
+                log.warning("%d async send(s) still unanswered at shutdown", self._inflight)
         try:
             await self.client.unregister(producer_group=self.producer_group)
         finally:
@@ -372,7 +378,8 @@ class Producer:
             msgs = list(msg)
             topic, body, uniq = self._prepare_batch(msgs)
             props, sys_flag, flag, batch, first = "", 0, 0, True, msgs[0]
-        task = self._send_future(
+        self._inflight += 1
+        return self._send_future(
             topic,
             body,
             props,
@@ -386,24 +393,9 @@ class Producer:
             first,
             timeout,
             self.retry_times_when_send_async_failed,
+            callback,
+            True,
         )
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        if callback is not None:
-
-            def done(t: asyncio.Future[SendResult]) -> None:
-                try:
-                    if t.cancelled():
-                        callback(None, asyncio.CancelledError())
-                    elif t.exception() is not None:
-                        callback(None, t.exception())
-                    else:
-                        callback(t.result(), None)
-                except Exception:
-                    log.exception("send callback raised")
-
-            task.add_done_callback(done)
-        return task
 
     async def send_oneway(
         self,
@@ -455,6 +447,11 @@ class Producer:
     async def _broker_addr(self, mq: MessageQueue) -> str:
         addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
         if addr is None:
+            # a queue the caller named, of a topic with no route yet: TBW102's
+            # route names the brokers that auto-create it (findBrokerAddressInPublish)
+            await self._publish_info(mq.topic)
+            addr = self.client.find_broker_addr(mq.broker_name)
+        if addr is None:
             raise ClientError(f"the broker {mq.broker_name} of {mq} is not in the topic's route")
         if not self._heartbeat_sent:
             self._heartbeat_sent = True
@@ -476,12 +473,18 @@ class Producer:
         msg: Message,
         timeout: float | None,
         retries: int,
+        callback: SendCallback | None = None,
+        counted: bool = False,
     ) -> asyncio.Future[SendResult]:
-        """The first attempt without a coroutine when the route, the broker
-        address and its connection are at hand (the pipelined hot path:
-        one future and two callbacks per message); anything else, and every
-        retry, goes through _send."""
+        """A future of the send. The first attempt runs on a response
+        callback, with no coroutine, task or timer, when the route, the
+        broker address and its connection are at hand (the pipelined hot
+        path); anything else, and every retry, goes through _send. The
+        callback, if any, runs as soon as the outcome is known; `counted`
+        sends are in self._inflight until then."""
         timeout = self.send_msg_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[SendResult] = loop.create_future()
         info = self.topic_publish_info_table.get(topic)
         conn = None
         if (
@@ -496,7 +499,7 @@ class Producer:
             if addr is not None:
                 conn = self.client.remoting.open_connection(addr)
         if conn is None:
-            return asyncio.ensure_future(
+            slow = asyncio.ensure_future(
                 self._send(
                     topic,
                     body,
@@ -513,7 +516,8 @@ class Producer:
                     retries,
                 )
             )
-        loop = asyncio.get_running_loop()
+            slow.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
+            return out
         born = int(time.time() * 1000)
         cmd = self.client.api.send_command(
             target,
@@ -525,35 +529,26 @@ class Producer:
             flag=flag,
             batch=batch,
         )
-        out: asyncio.Future[SendResult] = loop.create_future()
         t0 = loop.time()
-        try:
-            rf = conn.request(cmd, timeout)
-        except RemotingError as e:
-            rf = loop.create_future()
-            rf.set_exception(e)
 
-        def done(rf: asyncio.Future[RemotingCommand]) -> None:
-            if out.done():
-                return
-            if rf.cancelled():
-                out.cancel()
-                return
+        def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
             elapsed = loop.time() - t0
-            error: BaseException | None = None
-            try:
-                result = self.client.api.send_result(rf.result(), target, uniq, addr)
-            except (RemotingError, BrokerError) as e:
-                self.fault_strategy.update_fault_item(target.broker_name, int(elapsed * 1000), True)
-                if (isinstance(e, BrokerError) and not e.retriable) or retries <= 0:
-                    out.set_exception(e)
+            error: BaseException | None = exc
+            if error is None:
+                try:
+                    result = self.client.api.send_result(resp, target, uniq, addr)  # type: ignore[arg-type]
+                except (RemotingError, BrokerError) as e:
+                    error = e
+                except BaseException as e:  # a bug: surface it to the caller
+                    self._settle(out, callback, counted, None, e)
                     return
-                log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, e)
+            if error is not None:
+                self.fault_strategy.update_fault_item(target.broker_name, int(elapsed * 1000), True)
+                if (isinstance(error, BrokerError) and not error.retriable) or retries <= 0:
+                    self._settle(out, callback, counted, None, error)
+                    return
+                log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, error)
                 self.topic_publish_info_table.pop(topic, None)
-                error = e
-            except BaseException as e:  # a bug: surface it to the caller
-                out.set_exception(e)
-                return
             else:
                 self.fault_strategy.update_fault_item(
                     target.broker_name, int(elapsed * 1000), False
@@ -563,11 +558,17 @@ class Producer:
                     or not self.retry_another_broker_when_not_store_ok
                     or retries <= 0
                 ):
-                    out.set_result(result)
+                    self._settle(out, callback, counted, result, None)
                     return
             left = timeout - elapsed
             if left <= 0:
-                out.set_exception(error or RemotingError(f"sending to {topic} timed out"))
+                self._settle(
+                    out,
+                    callback,
+                    counted,
+                    None,
+                    error or RemotingError(f"sending to {topic} timed out"),
+                )
                 return
             nxt = asyncio.ensure_future(
                 self._send(
@@ -589,10 +590,52 @@ class Producer:
                     error,
                 )
             )
-            nxt.add_done_callback(functools.partial(_copy_outcome, out))
+            nxt.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
 
-        rf.add_done_callback(done)
+        try:
+            conn.request_cb(cmd, timeout, done)
+        except RemotingError as e:
+            done(None, e)
         return out
+
+    def _settle(
+        self,
+        out: asyncio.Future[SendResult],
+        callback: SendCallback | None,
+        counted: bool,
+        result: SendResult | None,
+        exc: BaseException | None,
+    ) -> None:
+        if counted:
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+        if not out.done():
+            if exc is not None:
+                out.set_exception(exc)
+                if callback is not None:
+                    out.exception()  # the callback receives it
+            else:
+                out.set_result(result)  # type: ignore[arg-type]
+        if callback is not None:
+            try:
+                callback(result, exc)
+            except Exception:
+                log.exception("send callback raised")
+
+    def _settle_from(
+        self,
+        out: asyncio.Future[SendResult],
+        callback: SendCallback | None,
+        counted: bool,
+        src: asyncio.Future[SendResult],
+    ) -> None:
+        if src.cancelled():
+            self._settle(out, callback, counted, None, asyncio.CancelledError())
+        elif src.exception() is not None:
+            self._settle(out, callback, counted, None, src.exception())
+        else:
+            self._settle(out, callback, counted, src.result(), None)
 
     async def _send(
         self,
@@ -692,16 +735,3 @@ class Producer:
             raise RemotingError(f"sending to {topic} timed out after {timeout:.3f}s")
         last_error.add_note(f"send to {topic}: {attempts} attempt(s) failed in {timeout:.3f}s")
         raise last_error
-
-
-def _copy_outcome(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult]) -> None:
-    if out.done():
-        if not src.cancelled():
-            src.exception()  # retrieved: the caller gave up on it
-        return
-    if src.cancelled():
-        out.cancel()
-    elif src.exception() is not None:
-        out.set_exception(src.exception())  # type: ignore[arg-type]
-    else:
-        out.set_result(src.result())

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -60,6 +59,21 @@ class FileBody(Protocol):
 
 _opaques = itertools.count(1)
 
+#: How a response reaches its requester: on_done(response, None) or
+#: on_done(None, error).
+ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+#: how often pending requests are checked for their deadline
+SWEEP_INTERVAL = 0.05
+
+
+def _call(
+    on_done: ResponseCallback, resp: RemotingCommand | None, exc: BaseException | None
+) -> None:
+    try:
+        on_done(resp, exc)
+    except Exception:
+        log.exception("a response callback raised")
+
 
 class Connection(asyncio.Protocol):
     """One remoting connection (Netty channel + NettyRemotingAbstract)."""
@@ -75,7 +89,9 @@ class Connection(asyncio.Protocol):
         self._handler = handler
         self._on_close = on_close
         self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        #: opaque -> (deadline, on_done, request code, timeout)
+        self._pending: dict[int, tuple[float, ResponseCallback, int, float]] = {}
+        self._sweep_handle: asyncio.TimerHandle | None = None
         self._out: list[bytes] | None = None
         self._soon: list[bytes] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -105,10 +121,13 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         err = RemotingError(f"connection to {self.peer} closed" + (f": {exc}" if exc else ""))
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(err)
+        pending = list(self._pending.values())
         self._pending.clear()
+        for _, on_done, _, _ in pending:
+            _call(on_done, None, err)
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
         for t in list(self._tasks):
             t.cancel()
         if not self.closed.done():
@@ -140,9 +159,9 @@ class Connection(asyncio.Protocol):
         try:
             for cmd in cmds:
                 if cmd.flag & FLAG_RESPONSE:
-                    fut = self._pending.pop(cmd.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(cmd)
+                    entry = self._pending.pop(cmd.opaque, None)
+                    if entry is not None:
+                        _call(entry[1], cmd, None)
                 else:
                     self._dispatch(cmd)
         finally:
@@ -255,35 +274,55 @@ class Connection(asyncio.Protocol):
 
     def request(self, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
         """Send a request; the future gets its response, or RemotingError
-        after timeout seconds or when the connection closes. Cancelling it
-        forgets the request. (No coroutine: the producer's pipelined path
-        chains callbacks on it.)"""
+        after timeout seconds or when the connection closes."""
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+
+        def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(resp)  # type: ignore[arg-type]
+
+        self.request_cb(cmd, timeout, done)
+        return fut
+
+    def request_cb(self, cmd: RemotingCommand, timeout: float, on_done: ResponseCallback) -> None:
+        """Send a request; on_done(response, None) runs when it is answered,
+        on_done(None, RemotingError) after timeout seconds (give or take
+        SWEEP_INTERVAL) or when the connection closes. No future, no timer
+        per request: the producer's pipelined path lives on this."""
         if self.transport is None or self.transport.is_closing():
             raise RemotingError(f"connection to {self.peer} is closed")
         opaque = cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag &= ~FLAG_RESPONSE
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[opaque] = fut
-        # requests made in one loop iteration leave in one write; a timer
-        # handle is much cheaper per request than an asyncio.timeout scope
+        self._pending[opaque] = (loop.time() + timeout, on_done, cmd.code, timeout)
+        if self._sweep_handle is None:
+            self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
+        # requests made in one loop iteration leave in one write
         self.send_soon(cmd)
-        timer = loop.call_at(loop.time() + timeout, self._expire, opaque, cmd.code, timeout)
-        fut.add_done_callback(functools.partial(self._forget, opaque, timer))
-        return fut
 
-    def _forget(self, opaque: int, timer: asyncio.TimerHandle, _: object) -> None:
-        timer.cancel()
-        self._pending.pop(opaque, None)
-
-    def _expire(self, opaque: int, code: int, timeout: float) -> None:
-        fut = self._pending.pop(opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
+    def _sweep(self) -> None:
+        """Fail the requests whose deadline passed (scanResponseTable)."""
+        self._sweep_handle = None
+        if not self._pending:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        expired = [op for op, entry in self._pending.items() if entry[0] <= now]
+        for op in expired:
+            _, on_done, code, timeout = self._pending.pop(op)
+            _call(
+                on_done,
+                None,
                 RemotingError(
                     f"no answer from {self.peer} to request code {code} in {timeout:.3f}s"
-                )
+                ),
             )
+        if self._pending:
+            self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
