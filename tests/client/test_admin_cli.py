@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -38,31 +38,6 @@ T = TypeVar("T")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 CLI_TIMEOUT = 60.0
-
-
-@pytest.fixture
-def arun() -> Iterator[Callable[..., Any]]:
-    """arun(coro, timeout=30.0): run coro on a fresh loop, at most timeout s."""
-    loop = asyncio.new_event_loop()
-
-    def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
-        async def bounded() -> T:
-            async with asyncio.timeout(timeout):
-                return await coro
-
-        return loop.run_until_complete(bounded())
-
-    try:
-        yield run
-    finally:
-        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-        assert not pending, f"tasks left pending: {[t.get_name() for t in pending]}"
 
 
 def free_port() -> int:
