@@ -494,10 +494,15 @@ class Producer:
             and info.queues
             and self._heartbeat_sent
         ):
+            turn = info.index
             target = self.fault_strategy.select_one_message_queue(info, None)
             addr = self.client.find_broker_addr(target.broker_name)
             if addr is not None:
                 conn = self.client.remoting.open_connection(addr)
+            if conn is None:
+                # _send picks again: give the turn back, or this broker is
+                # skipped for as long as it has no open connection
+                info.index = turn
         if conn is None:
             slow = asyncio.ensure_future(
                 self._send(
