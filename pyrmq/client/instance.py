@@ -87,6 +87,7 @@ class ClientInstance:
         #: broker -> client requests: code -> handler(cmd) -> answer or None
         self.request_handlers: dict[int, Callable[[RemotingCommand], Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._spawned: set[asyncio.Task[Any]] = set()
         self._route_locks: dict[str, asyncio.Lock] = {}
         self.started = False
 
@@ -102,10 +103,11 @@ class ClientInstance:
         ]
 
     async def shutdown(self) -> None:
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._spawned]
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks = []
         await self.remoting.shutdown()
@@ -116,6 +118,8 @@ class ClientInstance:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         task.add_done_callback(_log_failure)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
         return task
 
     # -- routes --------------------------------------------------------------------------------

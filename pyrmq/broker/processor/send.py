@@ -168,6 +168,9 @@ class SendMessageProcessor:
                     group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
                     dlq = self._ensure_dlq(group)
                     topic, queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
+            # the answer names the queue the client sent to, as Java's does,
+            # even when a delay parks the message in SCHEDULE_TOPIC_XXXX
+            reply_queue_id = queue_id
             if "DELAY\x01" in props and not sysflag & _TX_MASK:
                 topic, queue_id, props = self._scheduled(topic, queue_id, props)
             r = self.store.put_message_nowait(
@@ -181,7 +184,7 @@ class SendMessageProcessor:
                 born_host=born_host_of(conn),
                 reconsume_times=reconsume,
             )
-        return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
+        return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
     def _answer(
         self,
