@@ -111,21 +111,36 @@ def _make(factory: Callable[[], T]) -> T:
     return run(build())
 
 
+def _discard(aw: Awaitable[Any]) -> None:
+    """Close a coroutine that will never run (no "never awaited" warning)."""
+    if isinstance(aw, Coroutine):
+        aw.close()
+
+
 class _Facade:
     _obj: Any
     _pid: int
 
     def _run(self, aw: Awaitable[T], timeout: float | None = None) -> T:
         if self._pid != os.getpid():
+            _discard(aw)
             raise ClientError(
                 f"this {type(self).__name__} was created in process {self._pid}; create a new "
                 "one after fork()"
             )
+        started = False
 
         async def wrap() -> T:
+            nonlocal started
+            started = True
             return await aw
 
-        return run(wrap(), timeout)
+        try:
+            return run(wrap(), timeout)
+        except ClientError:
+            if not started:  # refused before it ran (called on the facade's own loop)
+                _discard(aw)
+            raise
 
     def start(self) -> None:
         self._run(self._obj.start())
@@ -311,7 +326,17 @@ class PullConsumer(_Facade):
         return self._run(self._obj.fetch_message_queues(topic))
 
     def pause(self, mqs: Iterable[MessageQueue]) -> None:
-        self._obj.pause(list(mqs))
+        mqs = list(mqs)
+
+        async def pause() -> None:
+            self._obj.pause(mqs)
+
+        self._run(pause())
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
-        self._obj.resume(list(mqs))
+        mqs = list(mqs)
+
+        async def resume() -> None:  # moves held batches back into the loop's queue
+            self._obj.resume(mqs)
+
+        self._run(resume())

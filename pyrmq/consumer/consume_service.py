@@ -212,12 +212,24 @@ class ConsumeMessageOrderlyService(_ListenerRunner):
     def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
         super().__init__(consumer, listener)
         self.workers: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._queues: dict[MessageQueue, ProcessQueue] = {}
+        #: set by shutdown(): a worker ends once its queue has nothing left
+        self.stopping = False
+
+    async def shutdown(self, timeout: float) -> bool:
+        # the workers wait for more messages forever; wake them so each one
+        # consumes what is already pulled, then ends
+        self.stopping = True
+        for pq in self._queues.values():
+            pq.arrived.set()
+        return await super().shutdown(timeout)
 
     def submit_consume_request(
         self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
     ) -> None:
         worker = self.workers.get(mq)
         if worker is None or worker.done():
+            self._queues[mq] = pq
             task = asyncio.ensure_future(self._run(mq, pq))
             task.set_name(f"pyrmq:consumer:orderly {mq}")
             self.workers[mq] = task
@@ -227,6 +239,7 @@ class ConsumeMessageOrderlyService(_ListenerRunner):
     async def stop_queue(self, mq: MessageQueue, timeout: float = 1.0) -> None:
         """Let the queue's current batch finish (bounded), then stop it."""
         worker = self.workers.pop(mq, None)
+        self._queues.pop(mq, None)
         if worker is None or worker.done():
             return
         with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
@@ -238,6 +251,8 @@ class ConsumeMessageOrderlyService(_ListenerRunner):
         consumer = self.consumer
         clustering = consumer.message_model is MessageModel.CLUSTERING
         while not pq.dropped:
+            if self.stopping and (not pq.msg_tree or (clustering and not pq.locked)):
+                return
             if (
                 clustering
                 and (not pq.locked or pq.is_lock_expired())

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from pyrmq.client.instance import ClientInstance
@@ -61,6 +61,8 @@ class _QueueState:
     generation: int = 0
     paused: bool = False
     task: asyncio.Task[None] | None = None
+    #: batches poll() met while the queue was paused, for resume()
+    held: list[_Batch] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -286,10 +288,12 @@ class PullConsumer:
                     await self._rebalance_now.wait()
             self._rebalance_now.clear()
             try:
-                if self.rebalance is not None:
-                    await self.rebalance.do_rebalance()
-                elif self._assigned is not None:
+                # assign() after start() (fetch_message_queues needs a running
+                # consumer) wins over the empty rebalance start() set up
+                if self._assigned is not None:
                     await self._apply_assignment(self._assigned)
+                elif self.rebalance is not None:
+                    await self.rebalance.do_rebalance()
             except Exception:
                 log.exception("%s: rebalance failed", self.consumer_group)
 
@@ -426,6 +430,10 @@ class PullConsumer:
             state = batch.state
             if state.pq.dropped or state.generation != batch.generation:
                 continue  # pulled before a seek or a rebalance: stale
+            if state.paused:
+                # pulled before pause() or by a pull already held at the broker
+                state.held.append(batch)
+                continue
             self._buffered -= len(batch.msgs)
             offset = state.pq.remove_message(batch.msgs)
             if offset >= 0:
@@ -516,11 +524,24 @@ class PullConsumer:
         return sorted(route.subscribe_queues(topic))
 
     def pause(self, mqs: Iterable[MessageQueue]) -> None:
+        """Stop pulling these queues; poll() returns none of their messages
+        (not even ones pulled already) until resume()."""
         for mq in mqs:
             if mq in self._queues:
                 self._queues[mq].paused = True
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
+        held: list[_Batch] = []
         for mq in mqs:
-            if mq in self._queues:
-                self._queues[mq].paused = False
+            state = self._queues.get(mq)
+            if state is not None:
+                state.paused = False
+                held += state.held
+                state.held.clear()
+        if held and self._buffer is not None:
+            # the held batches are older than any of their queue's still buffered
+            rest = []
+            while not self._buffer.empty():
+                rest.append(self._buffer.get_nowait())
+            for batch in (*held, *rest):
+                self._buffer.put_nowait(batch)

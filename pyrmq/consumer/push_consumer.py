@@ -62,6 +62,9 @@ PULL_TIME_DELAY_WHEN_EXCEPTION = 3.0
 PULL_TIME_DELAY_WHEN_FLOW_CONTROL = 0.05
 #: orderly: lock renewal period
 LOCK_RENEW_INTERVAL = 20.0
+#: orderly: next rebalance after one that could not lock a queue it was
+#: given (RocketMQ's rebalanceLater(500))
+REBALANCE_LATER_DELAY = 0.5
 
 
 def retry_topic_of(group: str) -> str:
@@ -414,15 +417,19 @@ class PushConsumer:
     # -- periodic jobs -----------------------------------------------------------------------
 
     async def _rebalance_loop(self) -> None:
+        wait = self.rebalance_interval
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.rebalance_interval):
+                async with asyncio.timeout(wait):
                     await self._rebalance_now.wait()
             self._rebalance_now.clear()
             try:
                 await self.rebalance.do_rebalance()
             except Exception:
                 log.exception("%s: rebalance failed", self.consumer_group)
+            wait = self.rebalance_interval
+            if self.rebalance.lock_failed:
+                wait = min(wait, REBALANCE_LATER_DELAY)
 
     async def _persist_loop(self) -> None:
         while True:
@@ -466,6 +473,10 @@ class PushConsumer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if isinstance(self.consume_service, ConsumeMessageOrderlyService):
+            # an idle worker waits up to 1 s for messages before it looks at
+            # pq.dropped: wake it, or each removed queue holds the rebalance
+            # (and the queue's broker lock) for that second
+            pq.arrived.set()
             await self.consume_service.stop_queue(mq)
         try:
             await self.offset_store.persist(mq)

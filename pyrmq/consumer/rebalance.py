@@ -58,6 +58,11 @@ class RebalanceImpl:
         self.topic_subscribe_info_table: dict[str, set[MessageQueue]] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._lock = asyncio.Lock()
+        #: orderly: the last rebalance could not lock a queue it was given
+        #: (its previous owner had not unlocked it yet); rebalance again soon
+        #: instead of leaving the queue unconsumed for a rebalance interval
+        #: (RocketMQ's rebalanceLater(500) when not allMQLocked)
+        self.lock_failed = False
 
     # -- rebalancing ------------------------------------------------------------------------
 
@@ -66,6 +71,7 @@ class RebalanceImpl:
         changed."""
         async with self._lock:
             changed = False
+            self.lock_failed = False
             for topic in list(self.subscription_inner):
                 try:
                     changed |= await self._rebalance_by_topic(topic)
@@ -132,6 +138,7 @@ class RebalanceImpl:
             needs_lock = self.orderly and self.message_model is MessageModel.CLUSTERING
             if needs_lock and not await self.lock(mq):
                 log.info("%s: %s is locked by another consumer", self.consumer_group, mq)
+                self.lock_failed = True
                 continue
             pq = ProcessQueue()
             if self.orderly and self.message_model is MessageModel.CLUSTERING:

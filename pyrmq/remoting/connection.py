@@ -19,7 +19,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting.codes import ResponseCode
@@ -107,8 +107,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport; not an isinstance check: uvloop's transports
+        # implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
