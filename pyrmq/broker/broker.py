@@ -134,6 +134,7 @@ class Broker:
             self.locks,
             broker_name=cfg.broker_name,
             retry_queue_nums=cfg.retry_queue_nums,
+            publish_topics=self._topics_published,
         )
         admin = AdminBrokerProcessor(
             store,

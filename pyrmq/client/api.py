@@ -111,13 +111,18 @@ class MQClientAPI:
         batch: bool = False,
         reconsume_times: int = 0,
         max_reconsume_times: int | None = None,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
     ) -> RemotingCommand:
         """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch body)."""
         ext = {
             "a": producer_group,
             "b": mq.topic,
             "c": DEFAULT_TOPIC,
-            "d": _DEFAULT_TOPIC_QUEUE_NUMS_STR,
+            "d": (
+                _DEFAULT_TOPIC_QUEUE_NUMS_STR
+                if default_topic_queue_nums == DEFAULT_TOPIC_QUEUE_NUMS
+                else str(default_topic_queue_nums)
+            ),
             "e": str(mq.queue_id),
             "f": str(sys_flag),
             "g": str(born_timestamp),
@@ -171,6 +176,7 @@ class MQClientAPI:
         batch: bool = False,
         reconsume_times: int = 0,
         max_reconsume_times: int | None = None,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
         unique_ids: str = "",
         timeout: float,
         oneway: bool = False,
@@ -187,6 +193,7 @@ class MQClientAPI:
             batch=batch,
             reconsume_times=reconsume_times,
             max_reconsume_times=max_reconsume_times,
+            default_topic_queue_nums=default_topic_queue_nums,
         )
         if oneway:
             await self.remoting.invoke_oneway(addr, cmd)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
@@ -15,7 +16,7 @@ from pyrmq.broker.processor.headers import field, int_field
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.remoting import RemotingCommand, ResponseCode
-from pyrmq.remoting.connection import Connection
+from pyrmq.remoting.connection import Connection, HandlerResult
 from pyrmq.storage import MessageStore
 
 log = logging.getLogger("pyrmq.broker")
@@ -52,6 +53,7 @@ class ConsumerManageProcessor:
         *,
         broker_name: str,
         retry_queue_nums: int = 1,
+        publish_topics: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -61,27 +63,40 @@ class ConsumerManageProcessor:
         self.locks = locks
         self.broker_name = broker_name
         self.retry_queue_nums = retry_queue_nums
+        self.publish_topics = publish_topics
 
-    def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
         data = _json_body(cmd, "HEART_BEAT")
         client_id = str(data.get("clientID") or "")
         if not client_id:
             raise MessageIllegalError("HEART_BEAT body lacks clientID")
         conn.attrs["client_id"] = client_id
         conn.attrs["language"] = cmd.language
+        created = False
         for c in _list(data, "consumerDataSet", "HEART_BEAT"):
             if not isinstance(c, dict) or not c.get("groupName"):
                 continue
             info = self.consumers.register(conn, client_id, cmd.language, cmd.version, c)
             if info.message_model == "CLUSTERING" and self.retry_queue_nums > 0:
+                rt = retry_topic(info.group)
+                created |= rt not in self.topics.table
                 self.topics.create_system_group_topic(
-                    retry_topic(info.group), self.retry_queue_nums, PERM_READ | PERM_WRITE
+                    rt, self.retry_queue_nums, PERM_READ | PERM_WRITE
                 )
         for p in _list(data, "producerDataSet", "HEART_BEAT"):
             if isinstance(p, dict) and p.get("groupName"):
                 self.producers.register(
                     conn, client_id, cmd.language, cmd.version, str(p["groupName"])
                 )
+        if created and self.publish_topics is not None:
+            # as Java's broker, answer once the name servers route the new
+            # %RETRY% topic, so the consumer's first rebalance finds it
+            return self._answer_when_published(cmd)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    async def _answer_when_published(self, cmd: RemotingCommand) -> RemotingCommand:
+        assert self.publish_topics is not None
+        await self.publish_topics()
         return cmd.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
