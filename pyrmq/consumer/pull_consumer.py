@@ -25,23 +25,25 @@ from dataclasses import dataclass, field
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import ClientError, RMQError
-from pyrmq.common.message import MessageExt, MessageQueue, local_ip
+from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.subscription import SubscriptionData
 from pyrmq.consumer.allocate import (
-    AllocateMessageQueueAveragely,
     AllocateMessageQueueStrategy,
-    strategy_by_name,
 )
 from pyrmq.consumer.offset_store import (
-    LocalFileOffsetStore,
     OffsetStore,
     ReadOffsetType,
-    RemoteBrokerOffsetStore,
 )
 from pyrmq.consumer.process_queue import ProcessQueue
-from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
+from pyrmq.consumer.rebalance import (
+    RebalanceImpl,
+    compute_pull_from_where,
+    consumer_data,
+    offset_store_for,
+    resolve_strategy,
+)
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.remoting import RemotingCommand, RequestCode
 
@@ -109,11 +111,7 @@ class PullConsumer:
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp
-        if allocate_message_queue_strategy is None:
-            allocate_message_queue_strategy = AllocateMessageQueueAveragely()
-        elif isinstance(allocate_message_queue_strategy, str):
-            allocate_message_queue_strategy = strategy_by_name(allocate_message_queue_strategy)
-        self.allocate_message_queue_strategy = allocate_message_queue_strategy
+        self.allocate_message_queue_strategy = resolve_strategy(allocate_message_queue_strategy)
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.pull_batch_size = pull_batch_size
@@ -128,14 +126,9 @@ class PullConsumer:
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
         )
-        self.offset_store: OffsetStore
-        if message_model is MessageModel.BROADCASTING:
-            path = offset_store_path or LocalFileOffsetStore.default_path(
-                local_ip(), instance_name or "DEFAULT", consumer_group
-            )
-            self.offset_store = LocalFileOffsetStore(path, consumer_group)
-        else:
-            self.offset_store = RemoteBrokerOffsetStore(self.client, consumer_group)
+        self.offset_store: OffsetStore = offset_store_for(
+            message_model, self.client, consumer_group, offset_store_path, instance_name
+        )
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._assigned: list[MessageQueue] | None = None
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -265,16 +258,13 @@ class PullConsumer:
     def _consumer_data(self) -> list[dict[str, object]]:
         if self._state not in ("RUNNING", "STOPPING"):
             return []
-        return [
-            {
-                "groupName": self.consumer_group,
-                "consumeType": "CONSUME_ACTIVELY",
-                "messageModel": self.message_model.name,
-                "consumeFromWhere": self.consume_from_where.name,
-                "subscriptionDataSet": [s.as_json() for s in self._subscriptions.values()],
-                "unitMode": False,
-            }
-        ]
+        return consumer_data(
+            self.consumer_group,
+            "CONSUME_ACTIVELY",
+            self.message_model,
+            self.consume_from_where,
+            self._subscriptions.values(),
+        )
 
     def _on_notify(self, cmd: RemotingCommand) -> None:
         self._rebalance_now.set()

@@ -26,14 +26,12 @@ from typing import Any
 from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import ClientError, RMQError
-from pyrmq.common.message import MessageExt, MessageQueue, local_ip
+from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.subscription import SubscriptionData
 from pyrmq.consumer.allocate import (
-    AllocateMessageQueueAveragely,
     AllocateMessageQueueStrategy,
-    strategy_by_name,
 )
 from pyrmq.consumer.consume_service import (
     ConsumeMessageConcurrentlyService,
@@ -41,12 +39,16 @@ from pyrmq.consumer.consume_service import (
     Listener,
 )
 from pyrmq.consumer.offset_store import (
-    LocalFileOffsetStore,
     OffsetStore,
-    RemoteBrokerOffsetStore,
 )
 from pyrmq.consumer.process_queue import ProcessQueue
-from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
+from pyrmq.consumer.rebalance import (
+    RebalanceImpl,
+    compute_pull_from_where,
+    consumer_data,
+    offset_store_for,
+    resolve_strategy,
+)
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -118,11 +120,7 @@ class PushConsumer:
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp
-        if allocate_message_queue_strategy is None:
-            allocate_message_queue_strategy = AllocateMessageQueueAveragely()
-        elif isinstance(allocate_message_queue_strategy, str):
-            allocate_message_queue_strategy = strategy_by_name(allocate_message_queue_strategy)
-        self.allocate_message_queue_strategy = allocate_message_queue_strategy
+        self.allocate_message_queue_strategy = resolve_strategy(allocate_message_queue_strategy)
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_batch_size = pull_batch_size
@@ -142,14 +140,9 @@ class PushConsumer:
             heartbeat_broker_interval=heartbeat_broker_interval,
         )
         self.retry_topic = retry_topic_of(consumer_group)
-        self.offset_store: OffsetStore
-        if message_model is MessageModel.BROADCASTING:
-            path = offset_store_path or LocalFileOffsetStore.default_path(
-                local_ip(), instance_name or "DEFAULT", consumer_group
-            )
-            self.offset_store = LocalFileOffsetStore(path, consumer_group)
-        else:
-            self.offset_store = RemoteBrokerOffsetStore(self.client, consumer_group)
+        self.offset_store: OffsetStore = offset_store_for(
+            message_model, self.client, consumer_group, offset_store_path, instance_name
+        )
         self._subscriptions: dict[str, SubscriptionData] = {}
         self._listener: Listener | None = None
         self.orderly = False
@@ -327,18 +320,13 @@ class PushConsumer:
     def _consumer_data(self) -> list[dict[str, Any]]:
         if self._state not in ("RUNNING", "STOPPING"):
             return []
-        return [
-            {
-                "groupName": self.consumer_group,
-                "consumeType": "CONSUME_PASSIVELY",
-                "messageModel": self.message_model.name,
-                "consumeFromWhere": self.consume_from_where.name,
-                "subscriptionDataSet": [
-                    s.as_json() for s in self.rebalance.subscription_inner.values()
-                ],
-                "unitMode": False,
-            }
-        ]
+        return consumer_data(
+            self.consumer_group,
+            "CONSUME_PASSIVELY",
+            self.message_model,
+            self.consume_from_where,
+            self.rebalance.subscription_inner.values(),
+        )
 
     async def _subscription_changed(self) -> None:
         for topic in list(self.rebalance.subscription_inner):
