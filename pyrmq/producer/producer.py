@@ -19,7 +19,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import rmqcore
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
@@ -47,6 +47,22 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 #: send_async's callback: called once with (result, None) or (None, error)
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+class _SendJob(NamedTuple):
+    """A prepared send: what goes on the wire and where it may go."""
+
+    topic: str
+    body: bytes
+    props: str
+    sys_flag: int
+    uniq: str
+    flag: int
+    batch: bool
+    msg: Message
+    mq: MessageQueue | None
+    selector: MessageQueueSelector | None
+    arg: Any
 
 
 class Producer:
@@ -259,6 +275,7 @@ class Producer:
         """(topic, batch body, comma-joined unique ids) of a batch."""
         if not msgs:
             raise ClientError("the batch is empty")
+        self._check_message(msgs[0])
         topic = msgs[0].topic
         entries = []
         ids = []
@@ -288,6 +305,21 @@ class Producer:
             )
         return topic, rmqcore.encode_batch(entries), ",".join(ids)
 
+    def _job(
+        self,
+        msg: Message | list[Message],
+        mq: MessageQueue | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+    ) -> _SendJob:
+        if isinstance(msg, Message):
+            body, props, sys_flag, uniq = self._prepare(msg)
+            return _SendJob(
+                msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
+            )
+        topic, body, ids = self._prepare_batch(msg)
+        return _SendJob(topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg)
+
     # -- sending ------------------------------------------------------------------------------
 
     async def send(
@@ -307,21 +339,8 @@ class Producer:
         on. Raises BrokerError subclasses for broker refusals, RemotingError
         when no broker answered in time, ClientError for bad input."""
         self._check_running()
-        body, props, sys_flag, uniq = self._prepare(msg)
         return await self._send_future(
-            msg.topic,
-            body,
-            props,
-            sys_flag,
-            uniq,
-            msg.flag,
-            False,
-            mq,
-            selector,
-            arg,
-            msg,
-            timeout,
-            self.retry_times_when_send_failed,
+            self._job(msg, mq, selector, arg), timeout, self.retry_times_when_send_failed
         )
 
     async def send_batch(
@@ -337,23 +356,8 @@ class Producer:
         they get consecutive offsets in one queue. `msg_id` of the result is
         the messages' unique ids joined by commas."""
         self._check_running()
-        msgs = list(msgs)
-        topic, body, ids = self._prepare_batch(msgs)
-        props = ""
         return await self._send_future(
-            topic,
-            body,
-            props,
-            0,
-            ids,
-            0,
-            True,
-            mq,
-            selector,
-            arg,
-            msgs[0],
-            timeout,
-            self.retry_times_when_send_failed,
+            self._job(list(msgs), mq, selector, arg), timeout, self.retry_times_when_send_failed
         )
 
     def send_async(
@@ -371,30 +375,10 @@ class Producer:
         A list of messages is sent as a batch. Retried up to
         retry_times_when_send_async_failed times."""
         self._check_running()
-        if isinstance(msg, Message):
-            body, props, sys_flag, uniq = self._prepare(msg)
-            topic, flag, batch, first = msg.topic, msg.flag, False, msg
-        else:
-            msgs = list(msg)
-            topic, body, uniq = self._prepare_batch(msgs)
-            props, sys_flag, flag, batch, first = "", 0, 0, True, msgs[0]
+        job = self._job(msg if isinstance(msg, Message) else list(msg), mq, selector, arg)
         self._inflight += 1
         return self._send_future(
-            topic,
-            body,
-            props,
-            sys_flag,
-            uniq,
-            flag,
-            batch,
-            mq,
-            selector,
-            arg,
-            first,
-            timeout,
-            self.retry_times_when_send_async_failed,
-            callback,
-            True,
+            job, timeout, self.retry_times_when_send_async_failed, callback, True
         )
 
     async def send_oneway(
@@ -461,17 +445,7 @@ class Producer:
 
     def _send_future(
         self,
-        topic: str,
-        body: bytes,
-        props: str,
-        sys_flag: int,
-        uniq: str,
-        flag: int,
-        batch: bool,
-        mq: MessageQueue | None,
-        selector: MessageQueueSelector | None,
-        arg: Any,
-        msg: Message,
+        job: _SendJob,
         timeout: float | None,
         retries: int,
         callback: SendCallback | None = None,
@@ -484,6 +458,7 @@ class Producer:
         callback, if any, runs as soon as the outcome is known; `counted`
         sends are in self._inflight until then."""
         timeout = self.send_msg_timeout if timeout is None else timeout
+        topic, body, props, sys_flag, uniq, flag, batch, _, mq, selector, _ = job
         loop = asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
         info = self.topic_publish_info_table.get(topic)
@@ -507,17 +482,7 @@ class Producer:
         if conn is None:
             slow = asyncio.ensure_future(
                 self._send(
-                    topic,
-                    body,
-                    props,
-                    sys_flag,
-                    uniq,
-                    flag,
-                    batch,
-                    mq,
-                    selector,
-                    arg,
-                    msg,
+                    job,
                     timeout,
                     retries,
                 )
@@ -579,17 +544,7 @@ class Producer:
                 return
             nxt = asyncio.ensure_future(
                 self._send(
-                    topic,
-                    body,
-                    props,
-                    sys_flag,
-                    uniq,
-                    flag,
-                    batch,
-                    mq,
-                    selector,
-                    arg,
-                    msg,
+                    job,
                     left,
                     retries - 1,
                     target.broker_name,
@@ -646,17 +601,7 @@ class Producer:
 
     async def _send(
         self,
-        topic: str,
-        body: bytes,
-        props: str,
-        sys_flag: int,
-        uniq: str,
-        flag: int,
-        batch: bool,
-        mq: MessageQueue | None,
-        selector: MessageQueueSelector | None,
-        arg: Any,
-        msg: Message,
+        job: _SendJob,
         timeout: float | None,
         retries: int,
         avoid: str | None = None,
@@ -668,6 +613,7 @@ class Producer:
         caller chose (mq or selector) is not rotated away from. `avoid` is
         the broker a previous attempt failed on."""
         timeout = self.send_msg_timeout if timeout is None else timeout
+        topic, body, props, sys_flag, uniq, flag, batch, msg, mq, selector, arg = job
         loop = asyncio.get_running_loop()
         begin = loop.time()
         deadline = begin + timeout
