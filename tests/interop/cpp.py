@@ -132,6 +132,8 @@ class Received:
     store_ms: int
     arrival: float  # time.time() when the listener ran
     props: dict[str, bytes] = field(default_factory=dict)
+    store_size: int = 0  # the stored record's size (smaller than the body when compressed)
+    sys_flag: int = -1  # the stored record's sysFlag; -1 where the client does not show it
 
     @classmethod
     def of(cls, msg: RecvMessage, consumer: str, extra_props: Iterable[str] = ()) -> Received:
@@ -163,6 +165,7 @@ class Received:
             store_ms=msg.store_timestamp,
             arrival=time.time(),
             props=props,
+            store_size=msg.store_size,
         )
 
     @property
