@@ -125,7 +125,9 @@ async def produce_cases(
     return out, total
 
 
-async def consume_case(srv: bl.Server, topic: str, size: int, expect: int, limit: float) -> dict[str, Any]:
+async def consume_case(
+    srv: bl.Server, topic: str, size: int, expect: int, limit: float
+) -> dict[str, Any]:
     got = 0
     done = asyncio.Event()
 
@@ -155,7 +157,9 @@ async def consume_case(srv: bl.Server, topic: str, size: int, expect: int, limit
     return res
 
 
-async def poll_case(srv: bl.Server, topic: str, size: int, expect: int, limit: float) -> dict[str, Any]:
+async def poll_case(
+    srv: bl.Server, topic: str, size: int, expect: int, limit: float
+) -> dict[str, Any]:
     got = 0
     c = PullConsumer(
         f"bench-poll-{topic}",
@@ -198,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     with bl.standalone(args.dir, args.flush) as srv:
         rows = asyncio.run(run(args, srv))
     print(f"pyrmq client, one process, {args.flush}, {os.cpu_count()} CPUs")
-    print(f"{'case':<16}{'body':>6}{'msgs/s':>11}{'client µs/msg':>15}{'client CPU':>12}{'broker CPU':>12}")
+    head = ("case", "body", "msgs/s", "client µs/msg", "client CPU", "broker CPU")
+    print("".join(f"{h:<16}" if i == 0 else f"{h:>12}" for i, h in enumerate(head)))
     for r in rows:
         print(
-            f"{r['case']:<16}{r['body']:>6}{r['msgs_per_s']:>11,}{r['client_us_per_msg']:>15}"
+            f"{r['case']:<16}{r['body']:>12}{r['msgs_per_s']:>12,}{r['client_us_per_msg']:>12}"
             f"{r['client_cpu_share']:>12}{r['broker_cpu_share']:>12}"
         )
     if args.json:
