@@ -283,3 +283,30 @@ class ProcessCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+class StandaloneProcess(ServerProcess):
+    """`python -m pyrmq standalone` on 127.0.0.1, ephemeral ports, its store
+    under workdir; `namesrv` and `broker` are the addresses it reported."""
+
+    def __init__(self, workdir: pathlib.Path) -> None:
+        args = [
+            "standalone",
+            "--store", str(workdir / "store"),
+            "--namesrv-port", "0",
+            "--broker-port", "0",
+            "--host", "127.0.0.1",
+        ]  # fmt: skip
+        super().__init__("standalone", args, workdir)
+
+    @property
+    def namesrv(self) -> str:
+        return str(self.info["namesrv"])
+
+    @property
+    def broker(self) -> str:
+        return str(self.info["broker"])
+
+    @property
+    def log(self) -> pathlib.Path:
+        return self.log_path

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pyrmq.common.errors import (
 from pyrmq.common.message import MessageQueue
 from pyrmq.remoting import RemotingCommand, RequestCode
 from pyrmq.testing import LocalCluster
+from pyrmq.testing.cluster import StandaloneProcess
 
 T = TypeVar("T")
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -262,62 +262,9 @@ def test_api_unreachable_name_server(arun):
 # -- the command line against `pyrmq standalone` -------------------------------------------
 
 
-class Standalone:
-    """One `pyrmq standalone` subprocess, stopped by its PID."""
-
-    def __init__(self, workdir: pathlib.Path) -> None:
-        self.workdir = workdir
-        self.ready = workdir / "ready.json"
-        self.log = workdir / "server.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.namesrv = self.broker = ""
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable, "-m", "pyrmq", "standalone",
-            "--store", str(self.workdir / "store"),
-            "--namesrv-port", "0", "--broker-port", "0", "--host", "127.0.0.1",
-            "--ready-file", str(self.ready),
-        ]  # fmt: skip
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
-            )
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"pyrmq standalone exited early:\n{self.log.read_text()[-4000:]}")
-            try:
-                info = json.loads(self.ready.read_text())
-                if {"namesrv", "broker", "pid"} <= info.keys():
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"pyrmq standalone not ready:\n{self.log.read_text()[-4000:]}")
-            time.sleep(0.05)
-        assert info["pid"] == self.proc.pid
-        self.namesrv, self.broker = info["namesrv"], info["broker"]
-
-    def stop(self) -> int | None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-                return None
-        return proc.returncode
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    srv = Standalone(tmp_path_factory.mktemp("admin-cli"))
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    srv = StandaloneProcess(tmp_path_factory.mktemp("admin-cli"))
     srv.start()
     try:
         yield srv

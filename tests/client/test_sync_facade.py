@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import multiprocessing
 import os
 import pathlib
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,64 +24,16 @@ import pytest
 
 from pyrmq import ClientError, ConsumeFromWhere, Message, MessageExt, SendStatus
 from pyrmq import sync as rmq_sync
+from pyrmq.testing.cluster import StandaloneProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 READY_TIMEOUT = 30.0
 
 
-class Standalone:
-    """One `python -m pyrmq standalone` process, stopped with SIGTERM."""
-
-    def __init__(self, workdir: pathlib.Path) -> None:
-        self.workdir = workdir
-        self.ready = workdir / "ready.json"
-        self.log = workdir / "server.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.namesrv = ""
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable, "-m", "pyrmq", "standalone",
-            "--store", str(self.workdir / "store"),
-            "--namesrv-port", "0", "--broker-port", "0", "--host", "127.0.0.1",
-            "--ready-file", str(self.ready),
-        ]  # fmt: skip
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
-            )
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"pyrmq standalone exited early:\n{self.log.read_text()[-3000:]}")
-            try:
-                info = json.loads(self.ready.read_text())
-            except (OSError, ValueError):
-                info = None
-            if isinstance(info, dict) and info.get("pid") == self.proc.pid:
-                self.namesrv = str(info["namesrv"])
-                return
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"pyrmq standalone not ready:\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = Standalone(tmp_path_factory.mktemp("sync-standalone"))
+    srv = StandaloneProcess(tmp_path_factory.mktemp("sync-standalone"))
     srv.start()
     try:
         yield srv.namesrv
