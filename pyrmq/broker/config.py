@@ -12,6 +12,7 @@ from typing import Any
 
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
+from pyrmq.common.message import local_ip
 from pyrmq.storage.config import MessageStoreConfig
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -31,17 +32,6 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     if not out:
         raise ClientError("messageDelayLevel is empty")
     return tuple(out)
-
-
-def local_ipv4() -> str:
-    """The address other hosts reach us at (RemotingUtil.getLocalAddress):
-    the source address of a route to the outside, else 127.0.0.1."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,7 +96,7 @@ class BrokerConfig:
             return self.broker_ip1
         if self.listen_host not in ("", "0.0.0.0"):
             return self.listen_host
-        return local_ipv4()
+        return local_ip()
 
     @property
     def namesrv_addrs(self) -> list[str]:
