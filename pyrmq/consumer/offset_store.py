@@ -44,6 +44,9 @@ class OffsetStore(Protocol):
 
     def remove_offset(self, mq: MessageQueue) -> None: ...
 
+    def memory_offset(self, mq: MessageQueue) -> int:
+        """The offset held in memory for mq, -1 when none (no I/O)."""
+
     def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]: ...
 
 
@@ -58,6 +61,9 @@ class _MemoryTable:
 
     def remove_offset(self, mq: MessageQueue) -> None:
         self.offset_table.pop(mq, None)
+
+    def memory_offset(self, mq: MessageQueue) -> int:
+        return self.offset_table.get(mq, -1)
 
     def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
         return {

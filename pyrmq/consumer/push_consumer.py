@@ -384,7 +384,7 @@ class PushConsumer:
                     "cachedMsgCount": pq.msg_count,
                     "cachedMsgSizeInMiB": pq.msg_size >> 20,
                     "locked": pq.locked,
-                    "commitOffset": self.offset_store.clone_offset_table().get(mq, -1),
+                    "commitOffset": self.offset_store.memory_offset(mq),
                 }
                 for mq, pq in self.rebalance.process_queue_table.items()
             },
@@ -394,9 +394,7 @@ class PushConsumer:
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Move the group's offsets (the broker's resetOffsetByTime): stop the
         affected queues, store the new offsets, then reassign them."""
-        for mq in offsets:
-            if mq in self.rebalance.process_queue_table:
-                await self.rebalance._remove(mq)
+        await self.rebalance.remove_queues(offsets)
         for mq, off in offsets.items():
             self.offset_store.update_offset(mq, off, False)
         await self.offset_store.persist_all(list(offsets))
@@ -499,7 +497,7 @@ class PushConsumer:
             sys_flag = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
             commit_offset = 0
             if clustering:
-                mem = self.offset_store.clone_offset_table(mq.topic).get(mq, -1)
+                mem = self.offset_store.memory_offset(mq)
                 if mem > 0:
                     commit_offset = mem
                     sys_flag |= PULL_FLAG_COMMIT_OFFSET

@@ -170,9 +170,11 @@ class RebalanceImpl:
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             await self.unlock([mq])
 
-    async def remove_all(self) -> None:
+    async def remove_queues(self, mqs: Iterable[MessageQueue]) -> None:
+        """Stop consuming these queues now (offsets committed); the next
+        rebalance may assign them again."""
         async with self._lock:
-            for mq in list(self.process_queue_table):
+            for mq in list(mqs):
                 await self._remove(mq)
 
     def on_route_changed(self, topic: str, mqs: Iterable[MessageQueue]) -> None:
