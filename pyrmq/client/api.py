@@ -163,41 +163,9 @@ class MQClientAPI:
         )
 
     async def send_message(
-        self,
-        addr: str,
-        mq: MessageQueue,
-        body: bytes,
-        properties: str,
-        *,
-        producer_group: str,
-        sys_flag: int,
-        born_timestamp: int,
-        flag: int = 0,
-        batch: bool = False,
-        reconsume_times: int = 0,
-        max_reconsume_times: int | None = None,
-        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
-        unique_ids: str = "",
-        timeout: float,
-        oneway: bool = False,
-    ) -> SendResult | None:
-        """Send and wait for the answer; None when oneway."""
-        cmd = self.send_command(
-            mq,
-            body,
-            properties,
-            producer_group=producer_group,
-            sys_flag=sys_flag,
-            born_timestamp=born_timestamp,
-            flag=flag,
-            batch=batch,
-            reconsume_times=reconsume_times,
-            max_reconsume_times=max_reconsume_times,
-            default_topic_queue_nums=default_topic_queue_nums,
-        )
-        if oneway:
-            await self.remoting.invoke_oneway(addr, cmd)
-            return None
+        self, addr: str, cmd: RemotingCommand, mq: MessageQueue, unique_ids: str, timeout: float
+    ) -> SendResult:
+        """Send a send_command() and wait for the broker's answer."""
         resp = await self.remoting.invoke(addr, cmd, timeout)
         return self.send_result(resp, mq, unique_ids, addr)
 

@@ -320,6 +320,19 @@ class Producer:
         topic, body, ids = self._prepare_batch(msg)
         return _SendJob(topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg)
 
+    def _command(self, job: _SendJob, target: MessageQueue, born: int) -> RemotingCommand:
+        return self.client.api.send_command(
+            target,
+            job.body,
+            job.props,
+            producer_group=self.producer_group,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            sys_flag=job.sys_flag,
+            born_timestamp=born,
+            flag=job.flag,
+            batch=job.batch,
+        )
+
     # -- sending ------------------------------------------------------------------------------
 
     async def send(
@@ -391,22 +404,11 @@ class Producer:
     ) -> None:
         """Send without waiting for an answer (no retry, no result)."""
         self._check_running()
-        body, props, sys_flag, _ = self._prepare(msg)
+        job = self._job(msg, mq, selector, arg)
         target = await self._pick_queue(msg.topic, mq, selector, arg, msg, None)
         addr = await self._broker_addr(target)
-        await self.client.api.send_message(
-            addr,
-            target,
-            body,
-            props,
-            producer_group=self.producer_group,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            sys_flag=sys_flag,
-            born_timestamp=int(time.time() * 1000),
-            flag=msg.flag,
-            timeout=self.send_msg_timeout,
-            oneway=True,
-        )
+        cmd = self._command(job, target, int(time.time() * 1000))
+        await self.client.remoting.invoke_oneway(addr, cmd)
 
     async def _pick_queue(
         self,
@@ -458,7 +460,7 @@ class Producer:
         callback, if any, runs as soon as the outcome is known; `counted`
         sends are in self._inflight until then."""
         timeout = self.send_msg_timeout if timeout is None else timeout
-        topic, body, props, sys_flag, uniq, flag, batch, _, mq, selector, _ = job
+        topic, uniq, mq, selector = job.topic, job.uniq, job.mq, job.selector
         loop = asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
         info = self.topic_publish_info_table.get(topic)
@@ -490,17 +492,7 @@ class Producer:
             slow.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
             return out
         born = int(time.time() * 1000)
-        cmd = self.client.api.send_command(
-            target,
-            body,
-            props,
-            producer_group=self.producer_group,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            sys_flag=sys_flag,
-            born_timestamp=born,
-            flag=flag,
-            batch=batch,
-        )
+        cmd = self._command(job, target, born)
         t0 = loop.time()
 
         def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
@@ -613,7 +605,14 @@ class Producer:
         caller chose (mq or selector) is not rotated away from. `avoid` is
         the broker a previous attempt failed on."""
         timeout = self.send_msg_timeout if timeout is None else timeout
-        topic, body, props, sys_flag, uniq, flag, batch, msg, mq, selector, arg = job
+        topic, uniq, msg, mq, selector, arg = (
+            job.topic,
+            job.uniq,
+            job.msg,
+            job.mq,
+            job.selector,
+            job.arg,
+        )
         loop = asyncio.get_running_loop()
         begin = loop.time()
         deadline = begin + timeout
@@ -646,19 +645,11 @@ class Producer:
                         addr = await self._broker_addr(target)
                     result = await self.client.api.send_message(
                         addr,
+                        self._command(job, target, born),
                         target,
-                        body,
-                        props,
-                        producer_group=self.producer_group,
-                        default_topic_queue_nums=self.default_topic_queue_nums,
-                        sys_flag=sys_flag,
-                        born_timestamp=born,
-                        flag=flag,
-                        batch=batch,
-                        unique_ids=uniq,
-                        timeout=max(deadline - loop.time(), 0.0),
+                        uniq,
+                        max(deadline - loop.time(), 0.0),
                     )
-                assert result is not None
             except (RemotingError, BrokerError, ClientError, TimeoutError) as e:
                 if isinstance(e, TimeoutError):  # connecting or the heartbeat used it up
                     e = RemotingError(f"send to {target} timed out after {timeout:.3f}s")
