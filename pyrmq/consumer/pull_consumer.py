@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import ClientError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
@@ -32,18 +31,12 @@ from pyrmq.common.subscription import SubscriptionData
 from pyrmq.consumer.allocate import (
     AllocateMessageQueueStrategy,
 )
+from pyrmq.consumer.base import ConsumerBase
 from pyrmq.consumer.offset_store import (
-    OffsetStore,
     ReadOffsetType,
 )
 from pyrmq.consumer.process_queue import ProcessQueue
-from pyrmq.consumer.rebalance import (
-    RebalanceImpl,
-    compute_pull_from_where,
-    consumer_data,
-    offset_store_for,
-    resolve_strategy,
-)
+from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.remoting import RemotingCommand, RequestCode
 
@@ -75,11 +68,13 @@ class _Batch:
     msgs: list[MessageExt]
 
 
-class PullConsumer:
+class PullConsumer(ConsumerBase):
     """A consumer you poll (lite pull). With subscribe() the group's queues
     are shared among its members like a PushConsumer's; with assign() you
     choose them. Offsets live in the broker (clustering) or a local file
     (broadcasting)."""
+
+    consume_type = "CONSUME_ACTIVELY"
 
     def __init__(
         self,
@@ -103,47 +98,33 @@ class PullConsumer:
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
     ) -> None:
-        if not consumer_group or len(consumer_group) > 255:
-            raise ValueError("consumer_group must be 1..255 characters")
-        if not 1 <= pull_batch_size <= 1024:
-            raise ValueError("pull_batch_size must be 1..1024")
-        self.consumer_group = consumer_group
-        self.message_model = message_model
-        self.consume_from_where = consume_from_where
-        self.consume_timestamp = consume_timestamp
-        self.allocate_message_queue_strategy = resolve_strategy(allocate_message_queue_strategy)
-        self.auto_commit = auto_commit
-        self.auto_commit_interval = auto_commit_interval
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_all = pull_threshold_for_all
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
-        self.poll_timeout = poll_timeout
-        self.rebalance_interval = rebalance_interval
-        self.client = ClientInstance(
+        super().__init__(
+            consumer_group,
             namesrv_addr,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp,
+            allocate_message_queue_strategy=allocate_message_queue_strategy,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            rebalance_interval=rebalance_interval,
+            offset_store_path=offset_store_path,
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
         )
-        self.offset_store: OffsetStore = offset_store_for(
-            message_model, self.client, consumer_group, offset_store_path, instance_name
-        )
-        self._subscriptions: dict[str, SubscriptionData] = {}
+        self.auto_commit = auto_commit
+        self.auto_commit_interval = auto_commit_interval
+        self.pull_threshold_for_all = pull_threshold_for_all
+        self.poll_timeout = poll_timeout
         self._assigned: list[MessageQueue] | None = None
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._buffer: asyncio.Queue[_Batch] | None = None
         self._buffered = 0
-        self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_now = asyncio.Event()
         self.rebalance: RebalanceImpl | None = None
-        self._state = "CREATED"
 
     # -- configuration --------------------------------------------------------------------------
-
-    @property
-    def client_id(self) -> str:
-        return self.client.client_id
 
     def subscribe(self, topic: str, sub_expression: str = "*") -> None:
         """Take part in the group's rebalance of topic (not with assign())."""
@@ -254,17 +235,6 @@ class PullConsumer:
         if self.rebalance.topic_subscribe_info_table.get(topic) != mqs:
             self.rebalance.on_route_changed(topic, mqs)
             self._rebalance_now.set()
-
-    def _consumer_data(self) -> list[dict[str, object]]:
-        if self._state not in ("RUNNING", "STOPPING"):
-            return []
-        return consumer_data(
-            self.consumer_group,
-            "CONSUME_ACTIVELY",
-            self.message_model,
-            self.consume_from_where,
-            self._subscriptions.values(),
-        )
 
     def _on_notify(self, cmd: RemotingCommand) -> None:
         self._rebalance_now.set()

@@ -20,11 +20,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import ClientError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
@@ -33,22 +31,14 @@ from pyrmq.common.subscription import SubscriptionData
 from pyrmq.consumer.allocate import (
     AllocateMessageQueueStrategy,
 )
+from pyrmq.consumer.base import ConsumerBase
 from pyrmq.consumer.consume_service import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     Listener,
 )
-from pyrmq.consumer.offset_store import (
-    OffsetStore,
-)
 from pyrmq.consumer.process_queue import ProcessQueue
-from pyrmq.consumer.rebalance import (
-    RebalanceImpl,
-    compute_pull_from_where,
-    consumer_data,
-    offset_store_for,
-    resolve_strategy,
-)
+from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -73,7 +63,7 @@ def retry_topic_of(group: str) -> str:
     return f"%RETRY%{group}"
 
 
-class PushConsumer:
+class PushConsumer(ConsumerBase):
     """A consumer group member that receives messages through a listener.
 
     Parameters keep RocketMQ's names in snake_case (times in seconds unless
@@ -81,6 +71,8 @@ class PushConsumer:
     object or a name ("AVG", "AllocateMessageQueueConsistentHash", ...).
     `consume_timestamp` (ms since the epoch) is where CONSUME_FROM_TIMESTAMP
     starts (default: 30 minutes ago)."""
+
+    consume_type = "CONSUME_PASSIVELY"
 
     def __init__(
         self,
@@ -108,57 +100,43 @@ class PushConsumer:
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
     ) -> None:
-        if not consumer_group or len(consumer_group) > 255:
-            raise ValueError("consumer_group must be 1..255 characters")
         if not 1 <= consume_message_batch_max_size <= 1024:
             raise ValueError("consume_message_batch_max_size must be 1..1024")
-        if not 1 <= pull_batch_size <= 1024:
-            raise ValueError("pull_batch_size must be 1..1024")
         if consume_thread_max < 1:
             raise ValueError("consume_thread_max must be >= 1")
-        self.consumer_group = consumer_group
-        self.message_model = message_model
-        self.consume_from_where = consume_from_where
-        self.consume_timestamp = consume_timestamp
-        self.allocate_message_queue_strategy = resolve_strategy(allocate_message_queue_strategy)
+        super().__init__(
+            consumer_group,
+            namesrv_addr,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp,
+            allocate_message_queue_strategy=allocate_message_queue_strategy,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            rebalance_interval=rebalance_interval,
+            offset_store_path=offset_store_path,
+            instance_name=instance_name,
+            poll_name_server_interval=poll_name_server_interval,
+            heartbeat_broker_interval=heartbeat_broker_interval,
+        )
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.consume_concurrently_max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
         self.pull_interval = pull_interval
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
-        self.rebalance_interval = rebalance_interval
         self.await_termination_seconds = await_termination_seconds
-        self.client = ClientInstance(
-            namesrv_addr,
-            instance_name=instance_name,
-            poll_name_server_interval=poll_name_server_interval,
-            heartbeat_broker_interval=heartbeat_broker_interval,
-        )
         self.retry_topic = retry_topic_of(consumer_group)
-        self.offset_store: OffsetStore = offset_store_for(
-            message_model, self.client, consumer_group, offset_store_path, instance_name
-        )
-        self._subscriptions: dict[str, SubscriptionData] = {}
         self._listener: Listener | None = None
         self.orderly = False
         self.consume_service: ConsumeMessageConcurrentlyService | ConsumeMessageOrderlyService
         self.rebalance: RebalanceImpl
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._rebalance_now = asyncio.Event()
-        self._state = "CREATED"
         self.paused = False
 
     # -- configuration ---------------------------------------------------------------------
-
-    @property
-    def client_id(self) -> str:
-        return self.client.client_id
 
     @property
     def max_reconsume_times_concurrently(self) -> int:
@@ -317,16 +295,8 @@ class PushConsumer:
         if old != set(mqs):
             self._rebalance_now.set()
 
-    def _consumer_data(self) -> list[dict[str, Any]]:
-        if self._state not in ("RUNNING", "STOPPING"):
-            return []
-        return consumer_data(
-            self.consumer_group,
-            "CONSUME_PASSIVELY",
-            self.message_model,
-            self.consume_from_where,
-            self.rebalance.subscription_inner.values(),
-        )
+    def _heartbeat_subscriptions(self) -> Iterable[SubscriptionData]:
+        return self.rebalance.subscription_inner.values()
 
     async def _subscription_changed(self) -> None:
         for topic in list(self.rebalance.subscription_inner):

@@ -16,23 +16,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import RMQError
-from pyrmq.common.message import MessageQueue, local_ip
+from pyrmq.common.message import MessageQueue
 from pyrmq.common.subscription import SubscriptionData
-from pyrmq.consumer.allocate import (
-    AllocateMessageQueueAveragely,
-    AllocateMessageQueueStrategy,
-    strategy_by_name,
-)
-from pyrmq.consumer.offset_store import (
-    LocalFileOffsetStore,
-    OffsetStore,
-    ReadOffsetType,
-    RemoteBrokerOffsetStore,
-)
+from pyrmq.consumer.allocate import AllocateMessageQueueStrategy
+from pyrmq.consumer.offset_store import OffsetStore, ReadOffsetType
 from pyrmq.consumer.process_queue import ProcessQueue
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 
@@ -276,51 +267,3 @@ async def compute_pull_from_where(
     except RMQError as e:
         log.warning("start offset of %s unknown: %s", mq, e)
         return -1
-
-
-def resolve_strategy(
-    strategy: AllocateMessageQueueStrategy | str | None,
-) -> AllocateMessageQueueStrategy:
-    """A consumer's allocate_message_queue_strategy argument: an object, a
-    name ("AVG", "AllocateMessageQueueConsistentHash", ...) or None (AVG)."""
-    if strategy is None:
-        return AllocateMessageQueueAveragely()
-    if isinstance(strategy, str):
-        return strategy_by_name(strategy)
-    return strategy
-
-
-def offset_store_for(
-    message_model: MessageModel,
-    client: ClientInstance,
-    group: str,
-    path: str | None,
-    instance_name: str | None,
-) -> OffsetStore:
-    """Broker offsets for clustering, a local file for broadcasting."""
-    if message_model is MessageModel.BROADCASTING:
-        path = path or LocalFileOffsetStore.default_path(
-            local_ip(), instance_name or "DEFAULT", group
-        )
-        return LocalFileOffsetStore(path, group)
-    return RemoteBrokerOffsetStore(client, group)
-
-
-def consumer_data(
-    group: str,
-    consume_type: str,
-    message_model: MessageModel,
-    consume_from_where: ConsumeFromWhere,
-    subscriptions: Iterable[SubscriptionData],
-) -> list[dict[str, Any]]:
-    """The HeartbeatData consumerDataSet entry of one consumer."""
-    return [
-        {
-            "groupName": group,
-            "consumeType": consume_type,
-            "messageModel": message_model.name,
-            "consumeFromWhere": consume_from_where.name,
-            "subscriptionDataSet": [s.as_json() for s in subscriptions],
-            "unitMode": False,
-        }
-    ]
