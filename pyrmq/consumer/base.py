@@ -5,6 +5,7 @@ strategy, pull thresholds, the ClientInstance and the offset store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -79,6 +80,22 @@ class ConsumerBase:
     @property
     def client_id(self) -> str:
         return self.client.client_id
+
+    async def _cancel_tasks(self) -> None:
+        """Stop the periodic jobs (rebalance, offsets, locks)."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _leave_group(self) -> None:
+        """UNREGISTER_CLIENT at every broker, then close the client."""
+        try:
+            await self.client.unregister(consumer_group=self.consumer_group)
+        finally:
+            await self.client.shutdown()
 
     def _heartbeat_subscriptions(self) -> Iterable[SubscriptionData]:
         return self._subscriptions.values()

@@ -193,20 +193,14 @@ class PullConsumer(ConsumerBase):
             self._state = "SHUTDOWN"
             return
         self._state = "STOPPING"
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._tasks = []
+        await self._cancel_tasks()
         for mq in list(self._queues):
             await self._stop_queue(mq)
         if self.auto_commit:
             await self.commit()
         try:
-            await self.client.unregister(consumer_group=self.consumer_group)
+            await self._leave_group()
         finally:
-            await self.client.shutdown()
             self._queues.clear()
             self._state = "SHUTDOWN"
 

@@ -236,12 +236,7 @@ class PushConsumer(ConsumerBase):
             self._state = "SHUTDOWN"
             return
         self._state = "STOPPING"
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._tasks = []
+        await self._cancel_tasks()
         pulls = list(self._pull_tasks.values())
         self._pull_tasks.clear()
         for t in pulls:
@@ -262,9 +257,8 @@ class PushConsumer(ConsumerBase):
         for pq in self.rebalance.process_queue_table.values():
             pq.dropped = True
         try:
-            await self.client.unregister(consumer_group=self.consumer_group)
+            await self._leave_group()
         finally:
-            await self.client.shutdown()
             self._state = "SHUTDOWN"
 
     async def __aenter__(self) -> PushConsumer:
