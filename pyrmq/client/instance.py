@@ -139,16 +139,21 @@ class ClientInstance:
             known = {a for t in self.broker_addr_table.values() for a in t.values()}
             for bd in route.broker_datas:
                 self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
-            if self.started and any(
+            new_broker = any(
                 a not in known for bd in route.broker_datas for a in bd.broker_addrs.values()
-            ):
-                # a broker we never heartbeated: it must know us before we
-                # pull from it or ask it for our group's members
-                await self.send_heartbeat_to_all_brokers()
-            if route != old:
+            )
+            changed = route != old
+            if changed:
                 self.routes[topic] = route
-                self._notify(topic, route)
-            return route
+        # outside the lock, so a silent new broker does not stall other
+        # lookups of this topic: a broker we never heartbeated must know us
+        # before members pull from it or ask it for their group's members,
+        # so they hear of the change only after the heartbeat
+        if new_broker and self.started:
+            await self.send_heartbeat_to_all_brokers()
+        if changed:
+            self._notify(topic, route)
+        return route
 
     def _notify(self, topic: str, route: TopicRouteData | None) -> None:
         for m in self.members:
