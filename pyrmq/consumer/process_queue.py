@@ -26,7 +26,6 @@ class ProcessQueue:
         self.msg_tree: dict[int, MessageExt] = {}
         #: orderly: messages handed to the listener and not yet committed
         self.consuming_msg_orderly_tree: dict[int, MessageExt] = {}
-        self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = -1
         self.dropped = False
@@ -54,7 +53,6 @@ class ProcessQueue:
             size += len(m.body)
             if off > self.queue_offset_max:
                 self.queue_offset_max = off
-        self.msg_count += added
         self.msg_size += size
         if added:
             self.arrived.set()
@@ -66,18 +64,20 @@ class ProcessQueue:
         tree = self.msg_tree
         if not tree:
             return -1
-        removed = 0
         size = 0
         for m in msgs:
             if tree.pop(m.queue_offset, None) is not None:
-                removed += 1
                 size += len(m.body)
-        self.msg_count -= removed
         self.msg_size -= size
         self.last_consume_timestamp = self.clock()
         if tree:
             return next(iter(tree))
         return self.queue_offset_max + 1
+
+    @property
+    def msg_count(self) -> int:
+        """Messages pulled and not yet consumed (being consumed included)."""
+        return len(self.msg_tree) + len(self.consuming_msg_orderly_tree)
 
     @property
     def max_span(self) -> int:
@@ -93,7 +93,6 @@ class ProcessQueue:
     def clear(self) -> None:
         self.msg_tree.clear()
         self.consuming_msg_orderly_tree.clear()
-        self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = -1
 
@@ -118,7 +117,6 @@ class ProcessQueue:
         if not tree:
             return -1
         last = max(tree)
-        self.msg_count -= len(tree)
         self.msg_size -= sum(len(m.body) for m in tree.values())
         tree.clear()
         self.last_consume_timestamp = self.clock()
