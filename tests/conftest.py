@@ -26,6 +26,15 @@ def small_config(root: str, **kw: object) -> MessageStoreConfig:
     return MessageStoreConfig(**base)  # type: ignore[arg-type]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help="tests/chaos: run the full counts (also PYRMQ_CHAOS_LONG=1)",
+    )
+
+
 @pytest.fixture
 def run() -> Iterator[object]:
     """run(coro): run a coroutine on a fresh event loop."""
