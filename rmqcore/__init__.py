@@ -1,5 +1,6 @@
 """rmqcore: the C core of pyrmq (CommitLog, ConsumeQueue, IndexFile, flush,
 sendfile), compiled from csrc/ and bound with Cython."""
+
 from rmqcore._core import *  # noqa: F403
 from rmqcore._core import (  # noqa: F401
     GET_MESSAGE_STATUS,
@@ -8,6 +9,7 @@ from rmqcore._core import (  # noqa: F401
     MessageStoreCore,
     SegmentPin,
     body_crc,
+    decode_columns,
     decode_properties,
     decode_records,
     encode_batch,
