@@ -210,7 +210,10 @@ class MQClientAPI:
         sub_version: int,
         timeout: float,
         broker_name: str = "",
+        raw: bool = False,
     ) -> PullResult:
+        """PULL_MESSAGE. With raw, the found records are left undecoded in
+        PullResult.body (msg_found_list stays empty)."""
         ext = {
             "consumerGroup": consumer_group,
             "topic": mq.topic,
@@ -242,7 +245,10 @@ class MQClientAPI:
         except (KeyError, ValueError):
             raise RemotingError(f"broker {addr} sent a malformed pull response: {f}") from None
         if status is PullStatus.FOUND and resp.body:
-            result.msg_found_list = decode_messages(resp.body, broker_name or mq.broker_name)
+            if raw:
+                result.body = resp.body
+            else:
+                result.msg_found_list = decode_messages(resp.body, broker_name or mq.broker_name)
         return result
 
     # -- broker: offsets -------------------------------------------------------------

@@ -47,7 +47,9 @@ class SendResult:
 @dataclass(slots=True)
 class PullResult:
     """The answer to one pull (PullResult). `msg_found_list` is empty unless
-    the status is FOUND; `next_begin_offset` is where the next pull starts."""
+    the status is FOUND; `next_begin_offset` is where the next pull starts.
+    `body` holds the undecoded records instead when the pull asked for raw
+    (columnar readers decode it with rmqcore.decode_columns)."""
 
     pull_status: PullStatus
     next_begin_offset: int
@@ -55,3 +57,4 @@ class PullResult:
     max_offset: int
     msg_found_list: list[MessageExt] = field(default_factory=list)
     suggest_which_broker_id: int = 0
+    body: bytes = b""

@@ -373,6 +373,35 @@ class Producer:
             self._job(list(msgs), mq, selector, arg), timeout, self.retry_times_when_send_failed
         )
 
+    def send_encoded_batch(
+        self,
+        topic: str,
+        body: bytes,
+        msg_ids: Sequence[str],
+        *,
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Send a batch body already encoded by rmqcore.encode_batch whose
+        entries carry the UNIQ_KEY properties `msg_ids` (for callers that
+        build bodies from columns without a Message per row, such as the
+        Spark integration). Sent to `mq`, or the next queue round robin;
+        retried as send_async is. A future of the SendResult."""
+        self._check_running()
+        rmqcore.validate_topic(topic)
+        if not body:
+            raise ClientError("the batch is empty")
+        if len(body) > self.max_message_size:
+            raise ClientError(
+                f"the batch is {len(body)} bytes; max_message_size is {self.max_message_size}: "
+                "split it into smaller batches"
+            )
+        job = _SendJob(
+            topic, body, "", 0, ",".join(msg_ids), 0, True, Message(topic, b""), mq, None, None
+        )
+        self._inflight += 1
+        return self._send_future(job, timeout, self.retry_times_when_send_async_failed, None, True)
+
     def send_async(
         self,
         msg: Message | Sequence[Message],
