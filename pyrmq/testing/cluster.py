@@ -7,6 +7,7 @@ again on the same store and port (what LocalCluster, in process, cannot).
         c.kill_broker("broker-a")        # SIGKILL: nothing flushed at exit
         c.start_broker("broker-a")       # same store, same port
         await c.start_broker_async("broker-a")   # the same, from a coroutine
+        c.kill_namesrv(); c.start_namesrv()      # the name server too, same port
 
 Each process writes its log to <root>/<name>.log and, once listening, a
 ready file {namesrv|broker: "ip:port", pid}; brokers read a broker.conf
@@ -258,6 +259,31 @@ class ProcessCluster:
     async def start_broker_async(self, name: str) -> None:
         self._write_conf(name)
         await self.brokers[name].start_async()
+
+    def _pin_namesrv_port(self) -> None:
+        """From now on the name server restarts on the port it first took
+        (brokers and clients know it by that address)."""
+        port = self.namesrv_addr.rpartition(":")[2]
+        args = self.namesrv.args
+        args[args.index("-p") + 1] = port
+
+    def kill_namesrv(self) -> None:
+        """SIGKILL the name server's process (its routes are in memory only)."""
+        self._pin_namesrv_port()
+        self.namesrv.kill()
+
+    def stop_namesrv(self) -> int | None:
+        """SIGTERM the name server's process; its exit status."""
+        self._pin_namesrv_port()
+        return self.namesrv.stop()
+
+    def start_namesrv(self) -> None:
+        """Start a stopped name server again, on its port. It knows no broker
+        until each registers again (registerNameServerPeriod)."""
+        self.namesrv.start()
+
+    async def start_namesrv_async(self) -> None:
+        await self.namesrv.start_async()
 
     def shutdown(self) -> dict[str, int | None]:
         """SIGTERM every process still running (brokers first); exit statuses."""

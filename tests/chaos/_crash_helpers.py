@@ -1,0 +1,267 @@
+"""Helpers shared by test_crash_loop.py and test_damaged_files.py: bare
+admin requests (create a topic, read a queue whole), the committed offsets a
+broker persisted, and the parent side of the C++ client load process
+(_crash_cpp.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
+from pyrmq.common.errors import BrokerError, RMQError
+from pyrmq.common.message import MessageExt, MessageQueue
+from pyrmq.common.results import PullStatus
+from pyrmq.remoting import RemotingClient, RequestCode
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+class Admin:
+    """MQClientAPI requests the chaos tests need, over one RemotingClient."""
+
+    def __init__(self, namesrv_addr: str) -> None:
+        self.remoting = RemotingClient(name="chaos-admin")
+        self.api = MQClientAPI(self.remoting, [namesrv_addr])
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.remoting.shutdown()
+
+    async def create_topic(self, broker_addr: str, topic: str, queues: int) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the broker, then wait (at most 15 s) for
+        the name server to route it."""
+        fields = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "false",
+        }
+        await self.api.broker_request(broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+        await self.wait_route(topic, 15.0)
+
+    async def routed(self, topic: str) -> bool:
+        try:
+            route = await self.api.get_topic_route(topic, timeout=2.0)
+        except RMQError:  # the name server is down or starting
+            return False
+        return route is not None and bool(route.queue_datas)
+
+    async def wait_route(self, topic: str, timeout: float) -> None:
+        for _ in range(int(timeout / 0.1) + 1):
+            if await self.routed(topic):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no route of {topic} within {timeout:.0f} s")
+
+    async def read_queue(self, broker_addr: str, mq: MessageQueue) -> list[MessageExt]:
+        """Every message of one queue from offset 0 (no group state), in
+        order. A pull answered OFFSET_MOVED or NO_MATCHED_MSG (units the
+        broker skips) moves on to the offset it names; at most 10,000 pulls."""
+        out: list[MessageExt] = []
+        offset = 0
+        for _ in range(10_000):
+            try:
+                r = await self.api.pull_message(
+                    broker_addr,
+                    mq,
+                    consumer_group="chaos-reader",
+                    queue_offset=offset,
+                    max_msg_nums=32,
+                    sys_flag=PULL_FLAG_SUBSCRIPTION,
+                    commit_offset=0,
+                    suspend_timeout_ms=0,
+                    subscription="*",
+                    sub_version=0,
+                    timeout=10.0,
+                )
+            except BrokerError:  # no such topic on this broker
+                return out
+            if r.pull_status is PullStatus.FOUND:
+                out.extend(r.msg_found_list)
+            elif r.next_begin_offset <= offset:
+                return out
+            offset = r.next_begin_offset
+        raise AssertionError(f"{mq} did not end within 10,000 pulls")
+
+
+def persisted_offsets(store_dir: pathlib.Path, topic: str, group: str) -> dict[int, int]:
+    """queue id -> the committed offset of group in the broker's
+    consumerOffset.json ({} when the file or the group is absent)."""
+    try:
+        data = json.loads((store_dir / "config" / "consumerOffset.json").read_text())
+    except FileNotFoundError:
+        return {}
+    table = data.get("offsetTable", {}).get(f"{topic}@{group}", {})
+    return {int(q): int(o) for q, o in table.items()}
+
+
+@dataclass
+class Delivery:
+    """One message as a consumer's listener saw it."""
+
+    mid: str
+    queue_id: int
+    queue_offset: int
+    epoch: int  # broker restarts begun before the delivery was seen
+
+
+@dataclass
+class Tally:
+    """What one producer had acknowledged and one consumer received."""
+
+    acked: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    @property
+    def received(self) -> set[str]:
+        return {d.mid for d in self.deliveries}
+
+    def duplicates(self) -> int:
+        """Deliveries of a stored record after its first one."""
+        per_record = Counter((d.queue_id, d.queue_offset) for d in self.deliveries)
+        return sum(n - 1 for n in per_record.values())
+
+
+class CppLoad:
+    """The parent side of `python -m tests.chaos._crash_cpp`: its stdout
+    parsed by a thread into a Tally. `epoch` is read when a RECV line is
+    parsed (a little after the delivery)."""
+
+    def __init__(
+        self, namesrv: str, topic: str, group: str, prefix: str, log_path: pathlib.Path
+    ) -> None:
+        self.args = [namesrv, topic, group, prefix]
+        self.log_path = log_path
+        self.tally = Tally()
+        self.epoch = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.closing = False
+        self.done = False
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos._crash_cpp", *self.args],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        self._reader = threading.Thread(target=self._read, name="chaos:cpp-reader", daemon=True)
+        self._reader.start()
+        if not self.ready.wait(timeout):
+            self.kill()
+            raise AssertionError(f"C++ client process not ready in {timeout:.0f} s")
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        tally = self.tally
+        for raw in self.proc.stdout:
+            parts = raw.decode(errors="replace").split()
+            if not parts:
+                continue
+            kind = parts[0]
+            with self._lock:
+                if kind == "ACK":
+                    tally.acked.add(parts[1])
+                elif kind == "FAIL":
+                    tally.failed.add(parts[1])
+                elif kind == "RECV" and len(parts) == 4:
+                    tally.deliveries.append(
+                        Delivery(parts[1], int(parts[2]), int(parts[3]), self.epoch)
+                    )
+                elif kind == "READY":
+                    self.ready.set()
+                elif kind == "STOPPED":
+                    self.stopped.set()
+                elif kind == "CLOSING":
+                    self.closing = True
+                elif kind == "DONE":
+                    self.done = True
+
+    def counts(self) -> tuple[int, int]:
+        """(acknowledged sends, deliveries) so far."""
+        with self._lock:
+            return len(self.tally.acked), len(self.tally.deliveries)
+
+    def received(self) -> set[str]:
+        with self._lock:
+            return {d.mid for d in self.tally.deliveries}
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _command(self, text: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(text.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stop_sending(self, timeout: float = 30.0) -> None:
+        self._command("STOP")
+        if not self.stopped.wait(timeout):
+            raise AssertionError(f"C++ sender did not stop in {timeout:.0f} s")
+
+    def close(self, timeout: float = 60.0) -> str:
+        """QUIT and wait for the exit: "clean", or "known-shutdown-crash"
+        when the process died after it began shutting its clients down (the
+        wheel's native crash on consumer shutdown). Raises when it died
+        earlier or did not exit in time."""
+        proc = self.proc
+        assert proc is not None
+        self._command("QUIT")
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"C++ client process did not exit in {timeout:.0f} s") from None
+        if self._reader is not None:
+            self._reader.join(10)
+        if rc == 0 and self.done:
+            return "clean"
+        if self.closing:
+            return "known-shutdown-crash"
+        raise AssertionError(f"C++ client process died (exit {rc}) before shutting down")
+
+    def kill(self) -> None:
+        """SIGKILL the process (by its PID) if it still runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+async def wait_until(cond: object, timeout: float, what: str, step: float = 0.05) -> float:
+    """Poll cond() (a plain or async callable) until true, at most timeout
+    s; the seconds it took. Raises AssertionError naming `what`."""
+    t0 = time.monotonic()
+    for _ in range(int(timeout / step) + 1):
+        ok = cond()  # type: ignore[operator]
+        if asyncio.iscoroutine(ok):
+            ok = await ok
+        if ok:
+            return time.monotonic() - t0
+        await asyncio.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

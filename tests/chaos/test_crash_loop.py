@@ -1,0 +1,374 @@
+"""Scenario 1 of the fault suite: crash under load.
+
+One broker process (ProcessCluster) takes sustained load from pyrmq's client
+and from the C++ client (rocketmq==0.4.4, in a process of its own, see
+_crash_cpp.py): a pyrmq Producer and a C++ producer send without pause, a
+pyrmq PushConsumer and a C++ push consumer (one group each) consume
+everything. At random moments the broker is SIGKILLed and started again on
+its store and port, CYCLES times per flush mode; during NAMESRV_OUTAGES of the
+cycles the name server is SIGKILLed instead, left down while both clients go
+on with their cached routes, and started again on its port.
+
+What is asserted, by comparing sets of message ids (the bodies):
+
+* every send a broker acknowledged (SEND_OK) is stored afterwards, and was
+  delivered to both consumer groups: nothing acknowledged is lost, with
+  SYNC_FLUSH (on disk when acknowledged) and with ASYNC_FLUSH (in the page
+  cache, which a process crash does not lose);
+* nothing is delivered or stored that was never sent;
+* the pyrmq group resumes from its committed offsets: a record delivered a
+  second time has a queue offset at or above the offset the broker had
+  persisted for that queue when it was last killed (the uncommitted window,
+  consumerOffset.json being saved every 5 s); duplicates are counted;
+* while the name server is down, pyrmq's producer and consumer keep going:
+  acknowledged sends and deliveries during the outage.
+
+The C++ group's duplicates are counted and reported, not held to the window
+(its listener's lines are stamped with the restart count only when the
+parent reads them). The seed of the random moments is in the CHAOS line;
+PYRMQ_CHAOS_SEED replays it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pyrmq.common.errors import RMQError
+from pyrmq.common.message import Message, MessageExt, MessageQueue
+from pyrmq.common.results import SendStatus
+from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+from pyrmq.producer import Producer
+from pyrmq.testing.cluster import ProcessCluster
+from tests.chaos._crash_helpers import (
+    Admin,
+    CppLoad,
+    Delivery,
+    Tally,
+    persisted_offsets,
+    wait_until,
+)
+from tests.chaos.conftest import scale
+
+BROKER = "broker-a"
+TOPIC = "CrashLoopT"
+QUEUES = 4
+PY_GROUP = "cg-crash-py"
+CPP_GROUP = "cg-crash-cpp"
+#: concurrent loops of awaited sends on the one pyrmq Producer
+SENDERS = 4
+#: seconds each send loop rests between sends: sustained load that both
+#: consumers keep up with on a 2-core machine (about 400 sends/s from pyrmq)
+SEND_PAUSE = 0.01
+#: seconds of load before each kill: drawn uniformly from this range
+LOAD_BEFORE_KILL = (0.3, 1.5)
+#: seconds a killed broker stays down: drawn uniformly from this range
+DOWN_TIME = (0.0, 0.5)
+#: sends (by count) the pyrmq producer must have acknowledged, and
+#: deliveries its consumer must have seen, while the name server is down
+OUTAGE_PROGRESS = 20
+
+
+def _seed() -> int:
+    raw = os.environ.get("PYRMQ_CHAOS_SEED")
+    return int(raw) if raw else random.randrange(2**32)
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: pathlib.Path) -> Iterator[Any]:
+    made: list[ProcessCluster] = []
+
+    def make(flush: str) -> ProcessCluster:
+        c = ProcessCluster(
+            tmp_path / "cluster",
+            [BROKER],
+            broker_conf={
+                "flushDiskType": flush,
+                # re-register within a second of a name server restart
+                "registerNameServerPeriod": 1000,
+            },
+        )
+        made.append(c)
+        c.start()
+        return c
+
+    yield make
+    for c in made:
+        statuses = c.shutdown()
+        print(c.log_tails(30))  # shown when the test failed
+        assert all(rc == 0 for rc in statuses.values()), f"exit statuses on SIGTERM: {statuses}"
+
+
+class PyLoad:
+    """The pyrmq side of the load: SENDERS loops on one Producer and one
+    PushConsumer recording every delivery with the current epoch."""
+
+    def __init__(self, namesrv: str) -> None:
+        self.tally = Tally()
+        self.epoch = 0
+        self.producer = Producer(
+            "pg-crash-py",
+            namesrv,
+            send_msg_timeout=3.0,
+            retry_times_when_send_failed=2,
+            poll_name_server_interval=1.0,
+        )
+        self.namesrv = namesrv
+        self.consumer = self._new_consumer()
+        self.consumer_restarts = 0
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next = 0
+
+    def _new_consumer(self) -> PushConsumer:
+        consumer = PushConsumer(
+            PY_GROUP,
+            self.namesrv,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            rebalance_interval=1.0,
+            poll_name_server_interval=1.0,
+            heartbeat_broker_interval=1.0,
+            await_termination_seconds=5.0,
+        )
+        consumer.subscribe(TOPIC)
+        consumer.register_message_listener(self._listener)
+        return consumer
+
+    async def stop_consumer(self) -> None:
+        """Shut the consumer down (while the broker is down, its last offset
+        commit fails)."""
+        await self.consumer.shutdown()
+
+    async def start_new_consumer(self) -> None:
+        """Another consumer of the group: it starts from the offsets the
+        broker has committed."""
+        self.consumer = self._new_consumer()
+        self.consumer_restarts += 1
+        await self.consumer.start()
+
+    async def _listener(self, msgs: list[MessageExt], ctx: object) -> ConsumeConcurrentlyStatus:
+        for m in msgs:
+            self.tally.deliveries.append(
+                Delivery(m.body.decode(), m.queue_id, m.queue_offset, self.epoch)
+            )
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        await self.producer.start()
+        self._tasks = [
+            asyncio.create_task(self._send_loop(), name=f"chaos:py-sender{i}")
+            for i in range(SENDERS)
+        ]
+
+    async def _send_loop(self) -> None:
+        for _ in range(10_000_000):
+            if self._stop.is_set():
+                return
+            mid = f"py-{self._next:07d}"
+            self._next += 1
+            try:
+                r = await self.producer.send(Message(TOPIC, mid.encode(), keys=mid))
+            except RMQError:  # the broker (or its route) is away
+                self.tally.failed.add(mid)
+                await asyncio.sleep(0.05)
+                continue
+            if r.send_status is SendStatus.SEND_OK:
+                self.tally.acked.add(mid)
+            else:  # FLUSH_DISK_TIMEOUT: stored, maybe not durable
+                self.tally.failed.add(mid)
+            await asyncio.sleep(SEND_PAUSE)
+
+    async def stop_sending(self) -> None:
+        """Stop the send loops and the producer (idempotent)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        await self.producer.shutdown()
+
+    def counts(self) -> tuple[int, int]:
+        return len(self.tally.acked), len(self.tally.deliveries)
+
+
+def window_violations(tally: Tally, committed: list[dict[int, int]]) -> list[Delivery]:
+    """Repeated deliveries of a record below the offset the broker had
+    persisted for its queue when it was killed for the delivery's epoch
+    (committed[e - 1]); in epoch 0, before any kill, every repeat."""
+    seen: set[tuple[int, int]] = set()
+    bad = []
+    for d in tally.deliveries:
+        key = (d.queue_id, d.queue_offset)
+        if key in seen:
+            floor = committed[d.epoch - 1].get(d.queue_id, 0) if d.epoch > 0 else None
+            if floor is None or d.queue_offset < floor:
+                bad.append(d)
+        seen.add(key)
+    return bad
+
+
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_broker_sigkill_under_load_loses_no_acknowledged_message(
+    arun, cluster_factory, tmp_path, long_mode, report, flush
+):
+    cycles = scale(long_mode, 3, 20)
+    outages = scale(long_mode, 1, 4)
+    seed = _seed()
+    rng = random.Random(seed)
+    # the cycles in which the name server goes down too (after the restart)
+    outage_cycles = set(rng.sample(range(cycles), outages))
+    cluster = cluster_factory(flush)
+    # The C++ client strands a pull on a dead connection until the pull's
+    # own timeout (about 30 s), which is most of a run's time: the CI subset
+    # drives it in one flush mode, the long mode in both.
+    cpp = (
+        CppLoad(cluster.namesrv_addr, TOPIC, CPP_GROUP, "cpp", tmp_path / "cpp-client.log")
+        if long_mode or flush == "ASYNC_FLUSH"
+        else None
+    )
+    figures: dict[str, Any] = {"flush": flush, "seed": seed, "cycles": cycles}
+
+    async def main() -> None:
+        async with Admin(cluster.namesrv_addr) as admin:
+            await admin.create_topic(cluster.broker_addr(BROKER), TOPIC, QUEUES)
+            py = PyLoad(cluster.namesrv_addr)
+            if cpp is not None:
+                await asyncio.to_thread(cpp.start)
+            await py.start()
+            try:
+                await wait_until(
+                    lambda: py.counts()[1] > 0 and (cpp is None or cpp.counts()[1] > 0),
+                    30.0,
+                    "the consumers to receive",
+                )
+                committed_at_kill = await crash_cycles(admin, py)
+                await py.stop_sending()
+                if cpp is not None:
+                    await asyncio.to_thread(cpp.stop_sending)
+                acked = py.tally.acked | (cpp.tally.acked if cpp else set())
+                t_drain = await wait_until(
+                    lambda: acked <= py.tally.received, 90.0, "pyrmq group: every acked message"
+                )
+                figures["drain_py_s"] = round(t_drain, 2)
+                if cpp is not None:
+                    t_drain += await wait_until(
+                        lambda: acked <= cpp.received(),
+                        90.0,
+                        "C++ group: every acknowledged message",
+                        step=0.2,
+                    )
+            finally:
+                await py.stop_sending()
+                await py.consumer.shutdown()
+            figures["consumer_restarts"] = py.consumer_restarts
+            if cpp is not None:
+                figures["cpp_exit"] = await asyncio.to_thread(cpp.close)
+            stored = []
+            for q in range(QUEUES):
+                mq = MessageQueue(TOPIC, BROKER, q)
+                stored += await admin.read_queue(cluster.broker_addr(BROKER), mq)
+        check(py, committed_at_kill, stored, t_drain)
+
+    async def crash_cycles(admin: Admin, py: PyLoad) -> list[dict[int, int]]:
+        committed_at_kill: list[dict[int, int]] = []
+        store = cluster.store_dir(BROKER)
+        ns_acks = ns_recv = 0
+        for cycle in range(cycles):
+            await asyncio.sleep(rng.uniform(*LOAD_BEFORE_KILL))
+            acks_before = py.counts()[0]
+            await asyncio.to_thread(cluster.kill_broker, BROKER)
+            committed_at_kill.append(persisted_offsets(store, TOPIC, PY_GROUP))
+            py.epoch = cycle + 1
+            if cpp is not None:
+                cpp.epoch = cycle + 1
+            new_consumer = rng.random() < 0.5
+            if new_consumer:
+                await py.stop_consumer()
+            await asyncio.sleep(rng.uniform(*DOWN_TIME))
+            await cluster.start_broker_async(BROKER)
+            if new_consumer:
+                await py.start_new_consumer()
+            # the load resumed: the broker acknowledges sends again
+            await wait_until(
+                lambda n=acks_before: py.counts()[0] > n, 30.0, f"sends after restart {cycle + 1}"
+            )
+            if cycle in outage_cycles:
+                a, r = await name_server_outage(admin, py)
+                ns_acks += a
+                ns_recv += r
+        figures.update(namesrv_outages=outages, acked_during_outages=ns_acks,
+                       delivered_during_outages=ns_recv)  # fmt: skip
+        return committed_at_kill
+
+    async def name_server_outage(admin: Admin, py: PyLoad) -> tuple[int, int]:
+        """Kill the name server, see both pyrmq clients go on, restart it."""
+        await asyncio.to_thread(cluster.kill_namesrv)
+        a0, r0 = py.counts()
+        await wait_until(
+            lambda: (
+                py.counts()[0] >= a0 + OUTAGE_PROGRESS and py.counts()[1] >= r0 + OUTAGE_PROGRESS
+            ),
+            30.0,
+            "pyrmq sends and deliveries with the name server down",
+        )
+        a1, r1 = py.counts()
+        await cluster.start_namesrv_async()
+        await admin.wait_route(TOPIC, 30.0)  # the broker registered again
+        return a1 - a0, r1 - r0
+
+    def check(
+        py: PyLoad,
+        committed_at_kill: list[dict[int, int]],
+        stored: list[MessageExt],
+        t_drain: float,
+    ) -> None:
+        stored_ids = [m.body.decode() for m in stored]
+        stored_set = set(stored_ids)
+        cpp_tally = cpp.tally if cpp is not None else Tally()
+        sent = py.tally.acked | py.tally.failed | cpp_tally.acked | cpp_tally.failed
+        acked = py.tally.acked | cpp_tally.acked
+        lost = acked - stored_set
+        lost_py_group = acked - py.tally.received
+        lost_cpp_group = acked - cpp_tally.received if cpp is not None else set()
+        phantom = (stored_set | py.tally.received | cpp_tally.received) - sent
+        violations = window_violations(py.tally, committed_at_kill)
+        verified = acked & stored_set & py.tally.received
+        if cpp is not None:
+            verified &= cpp_tally.received
+        figures.update(
+            cpp_client=cpp is not None,
+            acked=len(acked),
+            acked_py=len(py.tally.acked),
+            acked_cpp=len(cpp_tally.acked),
+            failed_sends=len(py.tally.failed) + len(cpp_tally.failed),
+            stored=len(stored_ids),
+            verified=len(verified),
+            lost=len(lost),
+            lost_py_group=len(lost_py_group),
+            lost_cpp_group=len(lost_cpp_group),
+            stored_twice=len(stored_ids) - len(stored_set),  # a retried send stored twice
+            duplicates_py=py.tally.duplicates(),
+            duplicates_cpp=cpp_tally.duplicates(),
+            window_violations=len(violations),
+            drain_s=round(t_drain, 2),
+        )
+        report(**figures)
+        assert not lost, f"acknowledged but not stored: {sorted(lost)[:10]}"
+        assert not lost_py_group, f"never delivered (pyrmq): {sorted(lost_py_group)[:10]}"
+        assert not lost_cpp_group, f"never delivered (C++): {sorted(lost_cpp_group)[:10]}"
+        assert not phantom, f"stored or delivered but never sent: {sorted(phantom)[:10]}"
+        assert not violations, f"redelivered below the committed offset: {violations[:10]}"
+
+    t0 = time.monotonic()
+    try:
+        arun(main(), timeout=120 + 20 * cycles)
+    finally:
+        if cpp is not None:
+            cpp.kill()
+    print(f"\n[crash loop {flush}] {cycles} cycles in {time.monotonic() - t0:.1f} s")
