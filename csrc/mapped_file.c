@@ -25,14 +25,22 @@ static int64_t g_live;
 
 int64_t rmq_mapped_file_live_count(void) { return __atomic_load_n(&g_live, __ATOMIC_RELAXED); }
 
-static int presize(int fd, int64_t have, int64_t want) {
-    if (have >= want) return RMQ_OK;
-    /* fallocate reserves blocks (so a full disk fails here, not at a page
-     * fault later); filesystems without it get a sparse extension. */
-    int rc = posix_fallocate(fd, have, want - have);
+/* Every page is written through the mapping, and a store on a full disk
+ * (or a size-limited tmpfs) that touches a page with no block behind it gets
+ * SIGBUS, not an error. So blocks are reserved before mapping: fallocate
+ * extends a new or short file, and fills the holes of an existing sparse one
+ * (a copy made by cp --sparse=always, rsync -S or tar -S of a segment whose
+ * tail was never written): a full disk fails here, with ENOSPC. Files that
+ * are whole (st_blocks covers the size) cost one fstat. Filesystems without
+ * fallocate get a sparse extension. */
+static int presize(int fd, const struct stat *st, int64_t want) {
+    int64_t have = (int64_t)st->st_size;
+    int64_t backed = (int64_t)st->st_blocks * 512; /* st_blocks counts 512-byte units */
+    if (have >= want && backed >= want) return RMQ_OK;
+    int rc = posix_fallocate(fd, 0, want);
     if (rc == 0) return RMQ_OK;
     if (rc != EOPNOTSUPP && rc != EINVAL) return -rc;
-    if (ftruncate(fd, (off_t)want) != 0) return -errno;
+    if (have < want && ftruncate(fd, (off_t)want) != 0) return -errno;
     return RMQ_OK;
 }
 
@@ -62,7 +70,7 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
         close(fd);
         return RMQ_ECORRUPT; /* larger than a segment: not ours */
     }
-    int rc = presize(fd, (int64_t)st.st_size, file_size);
+    int rc = presize(fd, &st, file_size);
     if (rc != RMQ_OK) {
         close(fd);
         if (created) unlink(path);

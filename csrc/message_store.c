@@ -202,8 +202,23 @@ static void dispatch_after_put(rmq_store_t *s) {
     __atomic_store_n(&s->dispatch_error, rc, __ATOMIC_RELAXED);
 }
 
+/* Before an append, while an earlier dispatch failed: dispatch again, and
+ * refuse the put (nothing written) with that error while it still fails.
+ * Dispatch is in CommitLog order, so one record that cannot reach its queue
+ * holds back every record after it, of every topic: accepting more would
+ * acknowledge messages no consumer can see until the cause is gone
+ * (RocketMQ stops writes on a logics-queue error the same way). One relaxed
+ * load when nothing failed. */
+static int catch_up_dispatch(rmq_store_t *s) {
+    if (__atomic_load_n(&s->dispatch_error, __ATOMIC_RELAXED) == RMQ_OK) return RMQ_OK;
+    dispatch_after_put(s);
+    return __atomic_load_n(&s->dispatch_error, __ATOMIC_RELAXED);
+}
+
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
-    int rc = rmq_commit_log_append(&s->cl, m, r);
+    int rc = catch_up_dispatch(s);
+    if (rc != RMQ_OK) return rc;
+    rc = rmq_commit_log_append(&s->cl, m, r);
     if (rc != RMQ_OK) return rc;
     dispatch_after_put(s);
     return RMQ_OK;
@@ -211,7 +226,9 @@ int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r)
 
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r) {
-    int rc = rmq_commit_log_append_batch(&s->cl, proto, batch, batch_len, r);
+    int rc = catch_up_dispatch(s);
+    if (rc != RMQ_OK) return rc;
+    rc = rmq_commit_log_append_batch(&s->cl, proto, batch, batch_len, r);
     if (rc != RMQ_OK) return rc;
     dispatch_after_put(s);
     return RMQ_OK;

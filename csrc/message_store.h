@@ -92,7 +92,9 @@ typedef struct rmq_store {
 int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recovery_report_t *rep);
 
 /* Append then dispatch. A dispatch failure does not fail the put (the record
- * is stored); it is kept in dispatch_error and retried. Owner thread. */
+ * is stored); it is kept in dispatch_error and retried first by the next put,
+ * which fails with that error (nothing written) while it persists. Owner
+ * thread. */
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r);
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r);
