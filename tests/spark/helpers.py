@@ -1,0 +1,83 @@
+"""Helpers of the Spark tests: create topics, and read a topic back with
+the plain pyrmq client (independent of the data source under test)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pyrmq import sync
+from pyrmq.admin_api import AdminClient
+from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION
+from pyrmq.client.instance import ClientInstance
+from pyrmq.common.message import MessageExt
+from pyrmq.common.results import PullStatus
+
+
+def create_topic(ns: str, topic: str, queues: int = 4) -> None:
+    async def go() -> None:
+        async with AdminClient(ns) as admin:
+            await admin.create_topic(topic, queues, queues)
+            # the name server learns the topic with the broker's registration
+            for _ in range(100):
+                if await admin.client.update_topic_route(topic) is not None:
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"topic {topic} never reached the name server")
+
+    sync.run(go(), 30)
+
+
+def read_topic(ns: str, topic: str) -> list[MessageExt]:
+    """Every message stored in `topic`, queue by queue, by plain pulls."""
+
+    async def go() -> list[MessageExt]:
+        client = ClientInstance(ns)
+        try:
+            route = await client.update_topic_route(topic)
+            assert route is not None, f"no route for {topic}"
+            out: list[MessageExt] = []
+            for mq in route.subscribe_queues(topic):
+                bd = route.broker_data(mq.broker_name)
+                assert bd is not None
+                addr = bd.select_broker_addr()
+                assert addr is not None
+                lo = await client.api.get_min_offset(addr, mq)
+                hi = await client.api.get_max_offset(addr, mq)
+                off = lo
+                for _ in range(hi - lo + 1):
+                    if off >= hi:
+                        break
+                    r = await client.api.pull_message(
+                        addr,
+                        mq,
+                        consumer_group="spark-test-verify",
+                        queue_offset=off,
+                        max_msg_nums=32,
+                        sys_flag=PULL_FLAG_SUBSCRIPTION,
+                        commit_offset=0,
+                        suspend_timeout_ms=0,
+                        subscription="*",
+                        sub_version=0,
+                        timeout=10.0,
+                    )
+                    assert r.pull_status is PullStatus.FOUND, (mq, off, r.pull_status)
+                    out.extend(r.msg_found_list)
+                    off = r.next_begin_offset
+            return out
+        finally:
+            await client.shutdown()
+
+    return sync.run(go(), 300)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
