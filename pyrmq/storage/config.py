@@ -45,6 +45,14 @@ class MessageStoreConfig:
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: int = 85
+    #: past diskSpaceCleanForciblyRatio (or the warning level), delete the
+    #: oldest CommitLog segments even when they have not expired
+    clean_file_forcibly_enable: bool = True
+    #: percent: past this the store refuses puts (SERVICE_NOT_AVAILABLE at
+    #: the broker) until retention or somebody brings the disk back to at
+    #: most diskSpaceCleanForciblyRatio; keeps the last part of the disk for
+    #: the ConsumeQueue, index and config files of what was accepted
+    disk_space_warning_level_ratio: int = 90
     clean_resource_interval_ms: int = 10_000
     delete_commit_log_files_max: int = 10
     message_index_enable: bool = True
@@ -89,6 +97,8 @@ class MessageStoreConfig:
                 raise ClientError(f"{camel_case(name)} must be > 0")
         if not 1 <= self.disk_max_used_space_ratio <= 95:
             raise ClientError("diskMaxUsedSpaceRatio must be within 1..95")
+        if not 1 <= self.disk_space_warning_level_ratio <= 100:
+            raise ClientError("diskSpaceWarningLevelRatio must be within 1..100")
 
     @property
     def cq_units_per_file(self) -> int:

@@ -14,12 +14,13 @@ import dataclasses
 import enum
 import ipaddress
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import rmqcore
-from pyrmq.common.errors import StoreError
-from pyrmq.storage.clean import CleanResult, CleanService
+from pyrmq.common.errors import DiskFullError, StoreError
+from pyrmq.storage.clean import CleanResult, CleanService, disk_used_ratio
 from pyrmq.storage.config import FlushDiskType, MessageStoreConfig
 from pyrmq.storage.flush import GroupCommitService, PeriodicFlushService
 from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
@@ -28,6 +29,10 @@ log = logging.getLogger("pyrmq.storage")
 
 #: Callback for new messages: (topic, queue_id, max_offset_after).
 ArrivalListener = Callable[[str, int, int], None]
+#: seconds: while the disk is marked full, a refused put measures it again
+#: at most this often, so puts resume soon after space is freed (not only
+#: at the next retention pass)
+DISK_RECHECK_INTERVAL = 0.1
 
 
 class PutMessageStatus(enum.Enum):
@@ -86,6 +91,9 @@ class MessageStore:
         self._group_commit: GroupCommitService | None = None
         self._services: list[Any] = []
         self._clean: CleanService | None = None
+        #: RunningFlags DISK_FULL (set by the retention pass): puts are refused
+        self._disk_full = False
+        self._disk_checked_at = 0.0
         self._listeners: list[ArrivalListener] = []
         self._allocating = False
         # True while an index build is scheduled or running; always True when
@@ -146,10 +154,14 @@ class MessageStore:
                 cfg.flush_consume_queue_thorough_interval_ms / 1000,
             )
         )
-        if self._disk_ratio is None:
-            self._clean = CleanService(self._core, cfg, self._io)
-        else:
-            self._clean = CleanService(self._core, cfg, self._io, disk_ratio=self._disk_ratio)
+        self._clean = CleanService(
+            self._core,
+            cfg,
+            self._io,
+            disk_ratio=self._disk_ratio or disk_used_ratio,
+            on_disk_full=self._set_disk_full,
+        )
+        self._clean.check_disk()
         self._redispatch_task = asyncio.create_task(
             self._redispatch_loop(), name="pyrmq:store:reput"
         )
@@ -237,6 +249,8 @@ class MessageStore:
         core = self._core
         if core is None:
             raise StoreError("the store is not started")
+        if self._disk_full:
+            self._refuse_while_disk_full()
         r = core.put(
             topic,
             queue_id,
@@ -271,6 +285,8 @@ class MessageStore:
         core = self._core
         if core is None:
             raise StoreError("the store is not started")
+        if self._disk_full:
+            self._refuse_while_disk_full()
         r = core.put_batch(
             topic,
             queue_id,
@@ -284,6 +300,34 @@ class MessageStore:
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
+
+    def _set_disk_full(self, full: bool) -> None:
+        self._disk_full = full
+
+    def _refuse_while_disk_full(self) -> None:
+        """Raise DiskFullError (nothing written) while the disk is marked
+        full; measure it again first when the last look is old enough."""
+        clean = self._clean
+        if clean is None:
+            return
+        now = time.monotonic()
+        if now - self._disk_checked_at >= DISK_RECHECK_INTERVAL:
+            self._disk_checked_at = now
+            clean.check_disk()  # clears _disk_full through _set_disk_full
+            if not self._disk_full:
+                return
+        cfg = self.config
+        raise DiskFullError(
+            f"the store's disk is {clean.disk_ratio:.1%} used, past "
+            f"diskSpaceWarningLevelRatio={cfg.disk_space_warning_level_ratio}%: puts are "
+            f"refused until it is under diskSpaceCleanForciblyRatio="
+            f"{cfg.disk_space_clean_forcibly_ratio}%"
+        )
+
+    @property
+    def disk_full(self) -> bool:
+        """True while puts are refused because the disk is (nearly) full."""
+        return self._disk_full
 
     async def put_message(
         self, topic: str, queue_id: int, body: bytes, properties: bytes | str = b"", **kw: Any

@@ -12,6 +12,7 @@ scenario against a broker subprocess (ProcessCluster) with real clients."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import rmqcore
 from pyrmq.common.errors import DiskFullError
 from pyrmq.storage import MessageStore, MessageStoreConfig
 from tests.chaos._disk import fill, tmpfs
@@ -123,3 +125,39 @@ def test_a_message_whose_queue_file_cannot_be_created_stops_later_puts(
 
     with tmpfs(tmp_path / "fs", 4) as fs:
         arun(main(fs), timeout=30)
+
+
+def test_past_the_warning_level_puts_are_refused_until_use_falls_back(
+    tmp_path: pathlib.Path, arun: Any
+) -> None:
+    """diskSpaceWarningLevelRatio (RocketMQ's RunningFlags DISK_FULL): past
+    it every put is refused with DiskFullError and writes nothing; between
+    diskSpaceCleanForciblyRatio and the warning level it stays refused; at
+    or under the forcibly ratio puts resume, measured again by a refused put
+    (not only by the next retention pass). The disk's use is injected."""
+    use = {"ratio": 0.50}
+
+    async def main() -> None:
+        cfg = _store_config(tmp_path / "store", clean_resource_interval_ms=3_600_000)
+        async with MessageStore(cfg, disk_ratio=lambda _path: use["ratio"]) as store:
+            store.put_message_nowait("T", 0, b"before")
+            use["ratio"] = 0.93
+            await store.clean_expired_files()  # the retention pass notices
+            assert store.disk_full
+            end = store.commit_log_max_offset
+            with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio=90%"):
+                store.put_message_nowait("T", 0, b"refused")
+            batch = rmqcore.encode_batch([(b"refused", {}, 0)])
+            with pytest.raises(DiskFullError):
+                store.put_messages_nowait("T", 0, batch)
+            use["ratio"] = 0.87  # under the warning level, over the forcibly ratio
+            await asyncio.sleep(0.15)
+            with pytest.raises(DiskFullError):
+                store.put_message_nowait("T", 0, b"refused")
+            assert store.commit_log_max_offset == end
+            use["ratio"] = 0.80
+            await asyncio.sleep(0.15)  # past the recheck interval
+            assert store.put_message_nowait("T", 0, b"after").queue_offset == 1
+            assert not store.disk_full
+
+    arun(main(), timeout=30)

@@ -381,14 +381,8 @@ class SendMessageProcessor:
             props["REAL_TOPIC"] = topic
             props["REAL_QID"] = str(queue_id)
             topic, queue_id = SCHEDULE_TOPIC, level - 1
-        try:
+        with _store_errors():
             put_copy(self.store, msg, topic, queue_id, props, reconsume + 1)
-        except DiskFullError as e:
-            raise ServiceNotAvailableError(
-                f"service not available now, maybe disk full: {e}"
-            ) from None
-        except StoreError as e:
-            raise BrokerSystemError(f"store error: {e}") from None
         return cmd.response(ResponseCode.SUCCESS)
 
 
@@ -416,8 +410,11 @@ def _store_errors() -> Iterator[None]:
     except IllegalMessageError as e:
         raise MessageIllegalError(str(e)) from None
     except DiskFullError as e:
+        # RocketMQ's words first: "service not available now. It may be
+        # caused by one of the following reasons: the broker's disk is full
+        # [CL: ...], ..."; then what exactly refused
         raise ServiceNotAvailableError(
-            f"service not available now, maybe disk full: {e}; free space or let "
+            f"service not available now: the broker's disk is full [{e}]; free space or let "
             "retention delete expired files"
         ) from None
     except StoreError as e:
