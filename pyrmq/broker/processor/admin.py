@@ -15,7 +15,7 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
-from pyrmq.broker.processor.headers import field, header_int, int_field
+from pyrmq.broker.processor.headers import field, header_int, int_field, queue_id_field
 from pyrmq.broker.topic_config import (
     NOT_ALLOWED_SEND_TOPICS,
     TBW102,
@@ -66,18 +66,21 @@ class AdminBrokerProcessor:
         topic = field(cmd, "topic")
         if topic in NOT_ALLOWED_SEND_TOPICS or (topic == TBW102 and f.get("force") != "true"):
             raise MessageIllegalError(f"the topic[{topic}] is a system topic")
-        try:
-            tc = TopicConfig(
-                topic,
-                int(f.get("readQueueNums") or 16),
-                int(f.get("writeQueueNums") or 16),
-                int(f.get("perm") or 6),
-                f.get("topicFilterType") or "SINGLE_TAG",
-                int(f.get("topicSysFlag") or 0),
-                f.get("order") in ("true", "1"),
-            )
-        except ValueError as e:
-            raise MessageIllegalError(f"bad UPDATE_AND_CREATE_TOPIC header: {e}") from None
+
+        def int32(key: str, default: int) -> int:
+            # Java ints: the topic table goes to the name servers, which
+            # refuse a registration carrying anything wider
+            return header_int(f, key, default, error=MessageIllegalError, bits=32)
+
+        tc = TopicConfig(
+            topic,
+            int32("readQueueNums", 16),
+            int32("writeQueueNums", 16),
+            int32("perm", 6),
+            f.get("topicFilterType") or "SINGLE_TAG",
+            int32("topicSysFlag", 0),
+            f.get("order") in ("true", "1"),
+        )
         if tc.perm & ~15:
             raise MessageIllegalError(f"perm {tc.perm} is not a combination of 8, 4, 2, 1")
         self.topics.update(tc)
@@ -102,7 +105,7 @@ class AdminBrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def _topic_queue(self, cmd: RemotingCommand) -> tuple[str, int]:
-        return field(cmd, "topic"), int_field(cmd, "queueId")
+        return field(cmd, "topic"), queue_id_field(cmd)
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic, qid = self._topic_queue(cmd)

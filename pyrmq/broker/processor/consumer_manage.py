@@ -12,7 +12,7 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
-from pyrmq.broker.processor.headers import field, int_field
+from pyrmq.broker.processor.headers import field, int_field, queue_id_field
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -25,10 +25,18 @@ log = logging.getLogger("pyrmq.broker")
 def _json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
     try:
         data = json.loads(cmd.body) if cmd.body else {}
-    except (ValueError, UnicodeDecodeError) as e:
-        raise MessageIllegalError(f"{what} body is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
+        raise MessageIllegalError(f"{what} body is not JSON: {e!r}") from None
     if not isinstance(data, dict):
         raise MessageIllegalError(f"{what} body is not a JSON object")
+    if b"\\u" in cmd.body:
+        # an escape such as \uD800 decodes to a lone surrogate, which no
+        # UTF-8 header can carry (a group name goes into the header of
+        # NOTIFY_CONSUMER_IDS_CHANGED and into remarks): refused here
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise MessageIllegalError(f"{what} body has a lone UTF-16 surrogate") from None
     return data
 
 
@@ -120,7 +128,7 @@ class ConsumerManageProcessor:
     def query_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = field(cmd, "consumerGroup")
         topic = field(cmd, "topic")
-        queue_id = int_field(cmd, "queueId")
+        queue_id = queue_id_field(cmd)
         offset = self.offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
             return cmd.response(ResponseCode.SUCCESS, {"offset": str(offset)})
@@ -138,7 +146,7 @@ class ConsumerManageProcessor:
     def update_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = field(cmd, "consumerGroup")
         topic = field(cmd, "topic")
-        queue_id = int_field(cmd, "queueId")
+        queue_id = queue_id_field(cmd)
         offset = int_field(cmd, "commitOffset")
         if offset < 0:
             raise BrokerSystemError(f"commitOffset {offset} is negative")
@@ -150,7 +158,7 @@ class ConsumerManageProcessor:
         for mq in _list(data, "mqSet", "lock"):
             try:
                 out.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: 1e999
                 raise MessageIllegalError(f"bad message queue in mqSet: {mq!r}") from None
         return out
 

@@ -6,9 +6,6 @@ from __future__ import annotations
 from pyrmq.common.errors import BrokerSystemError
 from pyrmq.remoting import RemotingCommand
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-
 
 def header_str(fields: dict[str, str], key: str, code: int) -> str:
     v = fields.get(key)
@@ -24,9 +21,11 @@ def header_int(
     *,
     code: int = 0,
     error: type[Exception] = BrokerSystemError,
+    bits: int = 64,
 ) -> int:
-    """fields[key] as a 64-bit integer; default when absent or empty (or an
-    error when there is no default)."""
+    """fields[key] as a signed integer of `bits` bits (Java's long, or int
+    with bits=32); default when absent or empty (or an error when there is
+    no default)."""
     raw = fields.get(key)
     if raw is None or raw == "":
         if default is None:
@@ -36,8 +35,8 @@ def header_int(
         v = int(raw)
     except ValueError:
         raise error(f"header field {key}={raw[:64]!r} is not an integer") from None
-    if not INT64_MIN <= v <= INT64_MAX:
-        raise error(f"header field {key}={raw[:64]!r} is out of the 64-bit range")
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise error(f"header field {key}={raw[:64]!r} is out of the {bits}-bit range")
     return v
 
 
@@ -49,3 +48,9 @@ def field(cmd: RemotingCommand, key: str) -> str:
 def int_field(cmd: RemotingCommand, key: str) -> int:
     """A required 64-bit integer header field of the request."""
     return header_int(cmd.ext_fields, key, code=cmd.code)
+
+
+def queue_id_field(cmd: RemotingCommand) -> int:
+    """The required queueId of the request: a Java int, so 32 bits (the
+    store takes it as an int32; a larger value would escape as OverflowError)."""
+    return header_int(cmd.ext_fields, "queueId", code=cmd.code, bits=32)

@@ -121,7 +121,7 @@ class PullMessageProcessor:
         f = cmd.ext_fields
         group = header_str(f, "consumerGroup", cmd.code)
         topic = header_str(f, "topic", cmd.code)
-        queue_id = header_int(f, "queueId", code=cmd.code)
+        queue_id = header_int(f, "queueId", code=cmd.code, bits=32)
         offset = header_int(f, "queueOffset", code=cmd.code)
         max_msgs = header_int(f, "maxMsgNums", 32)
         sysflag = header_int(f, "sysFlag", 0)
