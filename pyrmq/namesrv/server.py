@@ -18,6 +18,11 @@ from pyrmq.remoting.connection import Connection
 
 log = logging.getLogger("pyrmq.namesrv")
 
+#: most bytes a compressed REGISTER_BROKER body may inflate to: the topic
+#: table of a broker with ~200,000 topics; a zlib bomb (a 16 MiB frame can
+#: inflate to 16 GiB) is refused instead of exhausting memory
+MAX_REGISTER_BODY = 64 * 1024 * 1024
+
 
 class NameServer:
     """`async with NameServer(port=9876) as ns:`. Brokers silent for
@@ -96,24 +101,24 @@ class NameServer:
             broker_addr = f["brokerAddr"]
             cluster = f["clusterName"]
             broker_id = int(f.get("brokerId", "0"))
+            crc = int(f.get("bodyCrc32", "0") or 0)
         except (KeyError, ValueError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register header: {e}")
-        crc = int(f.get("bodyCrc32", "0") or 0)
         if crc and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark="register body CRC mismatch")
         try:
             wrapper = _decode_register_body(cmd.body, f.get("compressed") == "true")
-        except (ValueError, struct.error, zlib.error) as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register body: {e}")
-        tcw = wrapper.get("topicConfigSerializeWrapper") or {}
+            topic_configs, data_version = _register_tables(wrapper)
+        except (ValueError, TypeError, KeyError, RecursionError, struct.error, zlib.error) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register body: {e!r}")
         out = self.routes.register_broker(
             cluster,
             broker_addr,
             broker_name,
             broker_id,
             f.get("haServerAddr", ""),
-            tcw.get("topicConfigTable") or {},
-            tcw.get("dataVersion") or {},
+            topic_configs,
+            data_version,
             conn,
         )
         body = b""
@@ -137,7 +142,7 @@ class NameServer:
         addr = cmd.ext_fields.get("brokerAddr", "")
         try:
             theirs = json.loads(cmd.body) if cmd.body else None
-        except ValueError:
+        except (ValueError, RecursionError):
             theirs = None
         ours = self.routes.data_version_of(addr)
         self.routes.touch(addr)
@@ -209,6 +214,43 @@ def _json(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
 
+def _int32(v: Any) -> int:
+    """A Java int from a JSON number or numeric string (ValueError or
+    TypeError otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise TypeError(f"{v!r} is not an integer")
+    n = int(v)
+    if not -(2**31) <= n < 2**31:
+        raise ValueError(f"{n} is out of the 32-bit range")
+    return n
+
+
+def _register_tables(
+    wrapper: dict[str, Any],
+) -> tuple[dict[str, dict[str, int]], dict[str, Any]]:
+    """(topicConfigTable, dataVersion) of a decoded register body, checked
+    whole before any route changes: per topic only the fields the routes
+    use, as ints. ValueError/TypeError name what is malformed."""
+    tcw = wrapper.get("topicConfigSerializeWrapper") or {}
+    if not isinstance(tcw, dict):
+        raise TypeError("topicConfigSerializeWrapper is not an object")
+    table = tcw.get("topicConfigTable") or {}
+    version = tcw.get("dataVersion") or {}
+    if not isinstance(table, dict) or not isinstance(version, dict):
+        raise TypeError("topicConfigTable and dataVersion must be objects")
+    out: dict[str, dict[str, int]] = {}
+    for name, tc in table.items():
+        if not isinstance(tc, dict):
+            raise TypeError(f"the config of topic {name!r} is not an object")
+        out[name] = {
+            "readQueueNums": _int32(tc.get("readQueueNums", 0)),
+            "writeQueueNums": _int32(tc.get("writeQueueNums", 0)),
+            "perm": _int32(tc.get("perm", 6)),
+            "topicSysFlag": _int32(tc.get("topicSysFlag", tc.get("topicSynFlag", 0)) or 0),
+        }
+    return out, version
+
+
 def _decode_register_body(body: bytes, compressed: bool) -> dict[str, Any]:
     """REGISTER_BROKER body: RegisterBrokerBody JSON, or Java's compressed
     form (zlib of: int32 len + DataVersion JSON, int32 topic count, per topic
@@ -220,7 +262,10 @@ def _decode_register_body(body: bytes, compressed: bool) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return data
-    raw = zlib.decompress(body)
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(body, MAX_REGISTER_BODY)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"inflates to more than {MAX_REGISTER_BODY} bytes")
     pos = 0
 
     def chunk() -> bytes:
