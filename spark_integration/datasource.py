@@ -136,6 +136,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.target: dict[QueueKey, int] | None = None
+        self._committed: dict[str, Any] | None = None
         # fail at planning on a missing topic or bad offsets
         self._initial = self._resolve_initial()
 
@@ -174,6 +175,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = reader.offsets_from_json(start)
+        # `start` ends the batch Spark finished last: Spark commits a batch
+        # to its sources only when it plans the one after, which never
+        # happens for the last batch of Trigger.AvailableNow
+        self.commit(start)
         refs, bounds = self._latest()
         end: dict[QueueKey, int] = {}
         for r in refs:
@@ -211,9 +216,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from reader.read_range(partition.ref, partition.start, partition.end, self.opts)
 
     def commit(self, end: dict[str, Any]) -> None:
+        """With commitOffsetsToBroker, store the processed offsets in the
+        brokers under consumerGroup (for lag monitoring; Spark's checkpoint
+        stays the source of truth)."""
         o = self.opts
-        if not o.commit_offsets_to_broker:
+        if not o.commit_offsets_to_broker or end == self._committed:
             return
+        self._committed = end
         offsets = reader.offsets_from_json(end)
 
         async def commit() -> None:

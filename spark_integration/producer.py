@@ -344,7 +344,7 @@ def row_producer_udf(
 
     opts = _opts(name_server, topic, producer_group, send_timeout_ms, fail_fast)
 
-    def send_one(row):  # type: ignore[no-untyped-def]  # (hints would make Spark guess a pandas UDF)
+    def send_one(row):  # no hints: they would make Spark guess a pandas UDF
         names = list(row.asDict().keys()) if hasattr(row, "asDict") else list(row.keys())
         check_write_schema(names, opts.topic)
         values = row.asDict() if hasattr(row, "asDict") else dict(row)
