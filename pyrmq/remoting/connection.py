@@ -64,6 +64,10 @@ _opaques = itertools.count(1)
 ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
 #: how often pending requests are checked for their deadline
 SWEEP_INTERVAL = 0.05
+#: answers gathered from one read are written once they reach this many
+#: bytes (the transport's default high-water mark), so the transport can
+#: signal pause_writing before the next request of the read is served
+OUT_FLUSH_BYTES = 64 * 1024
 
 
 def _call(
@@ -93,9 +97,13 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, tuple[float, ResponseCallback, int, float]] = {}
         self._sweep_handle: asyncio.TimerHandle | None = None
         self._out: list[bytes] | None = None
+        self._out_bytes = 0
         self._soon: list[bytes] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._write_paused = False
+        #: requests received while the peer was not reading our answers,
+        #: served (in order) once it reads again
+        self._backlog: list[RemotingCommand] = []
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self.name = name
@@ -137,16 +145,32 @@ class Connection(asyncio.Protocol):
             self._on_close(self)
 
     def pause_writing(self) -> None:
-        # The peer does not read its answers: stop reading its requests until
-        # it does, so a client that never reads cannot grow our buffers.
+        # The peer does not read its answers: serve none of its requests and
+        # read no more of them until it does, so a client that never reads
+        # cannot grow our buffers (a few hundred bytes of pull requests ask
+        # for megabytes of answers).
         self._write_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if self._backlog:
+            asyncio.get_running_loop().call_soon(self._serve_backlog)
+        else:
+            self._resume_reading()
+
+    def _resume_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+
+    def _serve_backlog(self) -> None:
+        if self._write_paused or not self.is_open:
+            return
+        cmds, self._backlog = self._backlog, []
+        self._process(cmds)
+        if not self._backlog and not self._write_paused:
+            self._resume_reading()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
@@ -155,20 +179,38 @@ class Connection(asyncio.Protocol):
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
+        if cmds:
+            self._process(cmds)
+
+    def _process(self, cmds: list[RemotingCommand]) -> None:
+        """Answers go to their pending requests; requests are served in
+        order, or kept in the backlog while the peer does not read."""
         out: list[bytes] = []
         self._out = out
+        self._out_bytes = 0
         try:
             for cmd in cmds:
                 if cmd.flag & FLAG_RESPONSE:
                     entry = self._pending.pop(cmd.opaque, None)
                     if entry is not None:
                         _call(entry[1], cmd, None)
+                elif self._backlog or self._write_paused:
+                    self._backlog.append(cmd)
                 else:
                     self._dispatch(cmd)
+                    if self._out_bytes >= OUT_FLUSH_BYTES:
+                        self._flush_out()  # may pause writing
         finally:
+            self._flush_out()
             self._out = None
-            if out and self.transport is not None:
-                self._write(b"".join(out) if len(out) > 1 else out[0])
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            out.clear()
+            self._out_bytes = 0
+            self._write(data)
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         handler = self._handler
@@ -231,6 +273,7 @@ class Connection(asyncio.Protocol):
     def send_bytes(self, frame: bytes) -> None:
         if self._out is not None:
             self._out.append(frame)
+            self._out_bytes += len(frame)
         else:
             self._write(frame)
 
@@ -244,10 +287,7 @@ class Connection(asyncio.Protocol):
         """Send a frame whose header is prefix and whose body comes from
         body: by sendfile for what the socket takes now, copied otherwise."""
         try:
-            if self._out:
-                out = b"".join(self._out)
-                self._out.clear()
-                self._write(out)
+            self._flush_out()
             t = self.transport
             if t is None or t.is_closing():
                 return
