@@ -152,7 +152,11 @@ class Broker:
             persist_interval=cfg.flush_delay_offset_interval / 1000,
         )
         server = self.server = RemotingServer(
-            cfg.listen_host, self.port, name="broker", channel_max_idle=channel_idle
+            cfg.listen_host,
+            self.port,
+            name="broker",
+            channel_max_idle=channel_idle,
+            frame_read_timeout=cfg.server_frame_read_timeout_ms / 1000,
         )
         sp = self.send_processor
         for code in (

@@ -58,6 +58,11 @@ class BrokerConfig:
     flush_consumer_offset_interval: int = 5000
     flush_delay_offset_interval: int = 10_000
     client_channel_max_idle_time_ms: int = 120_000
+    #: pyrmq: a connection whose frame is still incomplete this long after
+    #: its first byte is closed (slowloris: a byte now and then keeps a
+    #: connection from ever being idle); as long as the idle limit, so such
+    #: a sender holds a connection no longer than an idle one
+    server_frame_read_timeout_ms: int = 120_000
     rebalance_lock_max_live_time_ms: int = 60_000
     #: retryMaxTimes of auto-created subscription groups
     max_reconsume_times: int = 16
@@ -77,6 +82,8 @@ class BrokerConfig:
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ClientError("defaultTopicQueueNums must be within 1..1024")
         parse_delay_levels(self.message_delay_level)
+        if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
+            raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")
         if self.broker_ip1:
             try:
                 socket.inet_aton(self.broker_ip1)

@@ -109,6 +109,9 @@ class Connection(asyncio.Protocol):
         self.name = name
         self.peer = ""
         self.last_active = time.monotonic()
+        #: when the frame now partly received began to arrive (None: no
+        #: partial frame); the server closes senders too slow to finish one
+        self.frame_started: float | None = None
         #: free slot for the owner (the broker keeps the client's language)
         self.attrs: dict[str, Any] = {}
 
@@ -162,6 +165,8 @@ class Connection(asyncio.Protocol):
 
     def _resume_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            if self.frame_started is not None:  # the pause was ours, not the sender's
+                self.frame_started = time.monotonic()
             self.transport.resume_reading()
 
     def _serve_backlog(self) -> None:
@@ -173,12 +178,16 @@ class Connection(asyncio.Protocol):
             self._resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        now = self.last_active = time.monotonic()
         try:
             cmds = self._decoder.feed(data)
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
+        if not self._decoder.buffered:
+            self.frame_started = None
+        elif cmds or self.frame_started is None:
+            self.frame_started = now
         if cmds:
             self._process(cmds)
 
@@ -369,6 +378,21 @@ class Connection(asyncio.Protocol):
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         self.send_soon(cmd)
+
+    def overdue(self, now: float, max_idle: float, frame_timeout: float) -> str | None:
+        """Why the server should close this connection now, if it should:
+        nothing read from it for max_idle seconds, or a frame still
+        incomplete frame_timeout seconds after its first byte (a slowloris
+        sender; not counted while we hold reading back ourselves)."""
+        if now - self.last_active > max_idle:
+            return f"idle for more than {max_idle:g}s"
+        started = self.frame_started
+        if started is not None and not self._write_paused and now - started > frame_timeout:
+            return (
+                f"a frame incomplete {now - started:.0f}s after its first byte "
+                f"(limit {frame_timeout:g}s; {self._decoder.buffered} bytes so far)"
+            )
+        return None
 
     def abort(self, reason: str) -> None:
         """Close this connection at once, logging why."""

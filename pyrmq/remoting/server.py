@@ -20,7 +20,10 @@ log = logging.getLogger("pyrmq.remoting")
 class RemotingServer:
     """Listens on host:port; `register(code, processor)` routes requests.
     Unregistered codes get REQUEST_CODE_NOT_SUPPORTED. Connections idle for
-    `channel_max_idle` seconds are closed (serverChannelMaxIdleTimeSeconds)."""
+    `channel_max_idle` seconds are closed (serverChannelMaxIdleTimeSeconds),
+    and so are those with a frame still incomplete `frame_read_timeout`
+    seconds after its first byte (pyrmq: a slowloris sender, a byte now and
+    then, is never idle)."""
 
     def __init__(
         self,
@@ -29,12 +32,14 @@ class RemotingServer:
         *,
         name: str = "server",
         channel_max_idle: float = 120.0,
+        frame_read_timeout: float = 120.0,
         max_frame: int = MAX_FRAME,
     ) -> None:
         self.host = host
         self.port = port
         self.name = name
         self.channel_max_idle = channel_max_idle
+        self.frame_read_timeout = frame_read_timeout
         self.max_frame = max_frame
         self._processors: dict[int, RequestHandler] = {}
         self._server: asyncio.Server | None = None
@@ -97,13 +102,14 @@ class RemotingServer:
         )
 
     async def _idle_loop(self) -> None:
-        interval = min(10.0, self.channel_max_idle / 2)
+        interval = min(10.0, self.channel_max_idle / 2, self.frame_read_timeout / 2)
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn in list(self.connections):
-                if now - conn.last_active > self.channel_max_idle:
-                    conn.abort(f"idle for more than {self.channel_max_idle:.0f}s")
+                reason = conn.overdue(now, self.channel_max_idle, self.frame_read_timeout)
+                if reason is not None:
+                    conn.abort(reason)
 
     async def shutdown(self) -> None:
         if self._idle_task is not None:
