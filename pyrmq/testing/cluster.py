@@ -47,11 +47,14 @@ def _kill_leftovers() -> None:
 
 
 class ServerProcess:
-    """One `python -m pyrmq <args> --ready-file F` process."""
+    """One `python -m pyrmq <args> --ready-file F` process. `exec_prefix`
+    is the argv it runs under, e.g. `ip netns exec NS` (it must exec the
+    command, keeping the PID)."""
 
     def __init__(self, name: str, args: list[str], workdir: pathlib.Path) -> None:
         self.name = name
         self.args = args
+        self.exec_prefix: list[str] = []
         self.log_path = workdir / f"{name}.log"
         self.ready_path = workdir / f"{name}.ready.json"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,7 +71,10 @@ class ServerProcess:
         if self.running:
             raise RuntimeError(f"{self.name} is already running")
         self.ready_path.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "pyrmq", *self.args, "--ready-file", str(self.ready_path)]
+        cmd = [
+            *self.exec_prefix,
+            *(sys.executable, "-m", "pyrmq", *self.args, "--ready-file", str(self.ready_path)),
+        ]
         self.starts += 1
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
@@ -171,7 +177,9 @@ class ServerProcess:
 class ProcessCluster:
     """A NameServer and one Broker per name in `broker_names` (all masters of
     `cluster_name`), as processes, with stores under `root`. `broker_conf`
-    adds broker.conf keys (Java camelCase), e.g. messageDelayLevel."""
+    adds broker.conf keys (Java camelCase), e.g. messageDelayLevel;
+    `per_broker_conf` adds keys to one broker's (over broker_conf), e.g. its
+    own listenHost and brokerIP1; the name server listens on `namesrv_host`."""
 
     def __init__(
         self,
@@ -179,14 +187,18 @@ class ProcessCluster:
         broker_names: list[str] | tuple[str, ...] = ("broker-a", "broker-b"),
         cluster_name: str = "DefaultCluster",
         broker_conf: Mapping[str, Any] | None = None,
+        *,
+        per_broker_conf: Mapping[str, Mapping[str, Any]] | None = None,
+        namesrv_host: str = "127.0.0.1",
     ) -> None:
         self.root = pathlib.Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.cluster_name = cluster_name
         self.broker_conf = dict(broker_conf or {})
+        self.per_broker_conf = {k: dict(v) for k, v in (per_broker_conf or {}).items()}
         kv = str(self.root / "kv.json")
         self.namesrv = ServerProcess(
-            "namesrv", ["namesrv", "--host", "127.0.0.1", "-p", "0", "--kv-config", kv], self.root
+            "namesrv", ["namesrv", "--host", namesrv_host, "-p", "0", "--kv-config", kv], self.root
         )
         self.brokers = {
             name: ServerProcess(name, ["broker", "-c", str(self.root / f"{name}.conf")], self.root)
@@ -239,6 +251,7 @@ class ProcessCluster:
             "maxIndexNum": 16384,
             "warmMappedFileEnable": "false",
             **self.broker_conf,
+            **self.per_broker_conf.get(name, {}),
         }
         text = "".join(f"{k}={v}\n" for k, v in conf.items())
         (self.root / f"{name}.conf").write_text(text)
