@@ -104,9 +104,30 @@ def _check_loss(
     return out
 
 
+def _columns(schema: StructType) -> list[str] | None:
+    """The read columns a user schema asks for (None: all of them). A
+    narrower .schema(...) makes reads cheaper: only those columns are built."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    full = from_arrow_schema(reader.READ_ARROW_SCHEMA)  # (no SparkContext in planners)
+    if schema == full:
+        return None
+    names = schema.fieldNames()
+    reader.projected_schema(names)  # unknown names: OptionError
+    for f in schema.fields:
+        want = full[f.name].dataType
+        if f.dataType != want:
+            raise OptionError(
+                f"column {f.name!r} of format('rocketmq') is {want.simpleString()}, "
+                f"not {f.dataType.simpleString()}: cast it after loading"
+            )
+    return names
+
+
 class RocketMQBatchReader(DataSourceReader):
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, columns: list[str] | None = None) -> None:
         self.opts = opts
+        self.columns = columns
         o = opts
 
         async def planned() -> list[QueuePartition]:
@@ -127,14 +148,21 @@ class RocketMQBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
-        yield from reader.read_range(partition.ref, partition.start, partition.end, self.opts)
+        yield from reader.read_range(
+            partition.ref,
+            partition.start,
+            partition.end,
+            self.opts,
+            reader.projected_schema(self.columns),
+        )
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are {"topic": {"broker:queueId": next offset to read}}."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, columns: list[str] | None = None) -> None:
         self.opts = opts
+        self.columns = columns
         self.target: dict[QueueKey, int] | None = None
         self._committed: dict[str, Any] | None = None
         # fail at planning on a missing topic or bad offsets
@@ -213,7 +241,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
-        yield from reader.read_range(partition.ref, partition.start, partition.end, self.opts)
+        yield from reader.read_range(
+            partition.ref,
+            partition.start,
+            partition.end,
+            self.opts,
+            reader.projected_schema(self.columns),
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         """With commitOffsetsToBroker, store the processed offsets in the
@@ -321,10 +355,10 @@ class RocketMQDataSource(DataSource):
         return READ_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(source_options(self.options, streaming=False))
+        return RocketMQBatchReader(source_options(self.options, streaming=False), _columns(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RocketMQStreamReader(source_options(self.options, streaming=True))
+        return RocketMQStreamReader(source_options(self.options, streaming=True), _columns(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         _refuse_overwrite(overwrite)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import rmqcore
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION
@@ -251,20 +252,98 @@ async def _pull_window(
     return bodies, lost_to
 
 
+def _ms_to_us(buf: Any, n: int) -> pa.Array:
+    ms = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n, [None, pa.py_buffer(buf)])
+    return ms.cast(pa.timestamp("us", tz="UTC"))
+
+
+def _hosts(raw: list[bytes]) -> pa.Array:
+    """ip:port strings of raw host fields (few distinct: formatted once each)."""
+    enc = pa.array(raw, pa.binary()).dictionary_encode()
+    names = pa.array([host_str(h) for h in enc.dictionary.to_pylist()], pa.string())
+    return names.take(enc.indices)
+
+
+def _msg_ids(cols: dict[str, Any]) -> pa.Array:
+    uniq = cols["uniq_key"]
+    if None in uniq:  # no UNIQ_KEY: the id is the offset message id, as in Java
+        store_hosts = cols["store_host"]
+        phys = cols["commit_log_offset"]
+        uniq = [
+            u if u is not None else rmqcore.offset_msg_id(store_hosts[i], phys[i])
+            for i, u in enumerate(uniq)
+        ]
+    return pa.array(uniq, pa.string())
+
+
+def _properties(cols: dict[str, Any], n: int, include: bool) -> pa.Array:
+    if not include:
+        return pa.nulls(n, pa.map_(pa.string(), pa.string()))
+    return pa.MapArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(cols["prop_offsets"])]),
+        pa.array(cols["prop_names"], pa.string()),
+        pa.array(cols["prop_values"], pa.string()),
+    )
+
+
+#: how each read column is built from decode_columns' output
+_BUILDERS: dict[str, Any] = {
+    "topic": lambda c, n, ref, o: pa.repeat(pa.scalar(ref.topic, pa.string()), n),
+    "brokerName": lambda c, n, ref, o: pa.repeat(pa.scalar(ref.broker_name, pa.string()), n),
+    "queueId": lambda c, n, ref, o: pa.Array.from_buffers(
+        pa.int32(), n, [None, pa.py_buffer(c["queue_id"])]
+    ),
+    "queueOffset": lambda c, n, ref, o: pa.Array.from_buffers(
+        pa.int64(), n, [None, pa.py_buffer(c["queue_offset"])]
+    ),
+    "msgId": lambda c, n, ref, o: _msg_ids(c),
+    "keys": lambda c, n, ref, o: pa.array(c["keys"], pa.string()),
+    "tags": lambda c, n, ref, o: pa.array(c["tags"], pa.string()),
+    "body": lambda c, n, ref, o: pa.array(c["body"], pa.binary()),
+    "properties": lambda c, n, ref, o: _properties(c, n, o.include_properties),
+    "bornTimestamp": lambda c, n, ref, o: _ms_to_us(c["born_timestamp"], n),
+    "storeTimestamp": lambda c, n, ref, o: _ms_to_us(c["store_timestamp"], n),
+    "bornHost": lambda c, n, ref, o: _hosts(c["born_host"]),
+    "reconsumeTimes": lambda c, n, ref, o: pa.Array.from_buffers(
+        pa.int32(), n, [None, pa.py_buffer(c["reconsume_times"])]
+    ),
+}
+
+
+def projected_schema(names: list[str] | None) -> pa.Schema:
+    """The Arrow schema of the read columns `names` (all when None);
+    OptionError for a column the source does not have."""
+    if names is None:
+        return READ_ARROW_SCHEMA
+    unknown = [n for n in names if n not in _BUILDERS]
+    if unknown:
+        raise OptionError(
+            f"format('rocketmq') has no column {', '.join(map(repr, unknown))}; "
+            f"its columns are {', '.join(READ_ARROW_SCHEMA.names)}"
+        )
+    return pa.schema([READ_ARROW_SCHEMA.field(n) for n in names])
+
+
 def _to_batch(
-    cols: dict[str, Any], ref: QueueRef, opts: SourceOptions, hi: int
+    cols: dict[str, Any],
+    ref: QueueRef,
+    opts: SourceOptions,
+    hi: int,
+    schema: pa.Schema = READ_ARROW_SCHEMA,
 ) -> pa.RecordBatch | None:
-    """One Arrow batch of the decoded records of a chunk: windows were
-    pulled in order, so a record is kept when its offset is above every
-    offset kept before it (a filtered pull that ran past its window read
-    records the next window reads again) and below the chunk's end."""
+    """One Arrow batch (the columns of `schema`) of the decoded records of
+    a chunk. Windows were pulled in order, so a record is kept when its
+    offset is above every offset kept before it (a filtered pull that ran
+    past its window read records the next window reads again) and below
+    the chunk's end."""
     n = cols["n"]
     if n == 0:
         return None
     qoff = cols["queue_offset"]
-    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(qoff)])
     keep = None
-    if opts.tag_set or qoff[n - 1] >= hi or any(qoff[i] >= qoff[i + 1] for i in range(n - 1)):
+    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(qoff)])
+    ascending = n < 2 or pc.all(pc.less(offsets.slice(0, n - 1), offsets.slice(1))).as_py()
+    if opts.tag_set or qoff[n - 1] >= hi or not ascending:
         mask = []
         top = -1
         for o in qoff:
@@ -274,51 +353,12 @@ def _to_batch(
             mask.append(ok)
         keep = pa.array(mask, pa.bool_())
     if opts.tag_set:
-        tagged = pa.compute.is_in(
+        tagged = pc.is_in(
             pa.array(cols["tags"], pa.string()), value_set=pa.array(sorted(opts.tag_set))
         )
-        keep = tagged if keep is None else pa.compute.and_(keep, tagged)
-    uniq = cols["uniq_key"]
-    if None in uniq:
-        store_hosts = cols["store_host"]
-        phys = cols["commit_log_offset"]
-        uniq = [
-            u if u is not None else rmqcore.offset_msg_id(store_hosts[i], phys[i])
-            for i, u in enumerate(uniq)
-        ]
-    cache: dict[bytes, str] = {}
-    born = []
-    for raw in cols["born_host"]:
-        s = cache.get(raw)
-        if s is None:
-            s = cache[raw] = host_str(raw)
-        born.append(s)
-    if opts.include_properties:
-        props = pa.MapArray.from_arrays(
-            pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(cols["prop_offsets"])]),
-            pa.array(cols["prop_names"], pa.string()),
-            pa.array(cols["prop_values"], pa.string()),
-        )
-    else:
-        props = pa.nulls(n, pa.map_(pa.string(), pa.string()))
-    ts_ms = pa.timestamp("ms", tz="UTC")
-    ts_us = pa.timestamp("us", tz="UTC")
-    arrays = [
-        pa.array(cols["topic"], pa.string()),
-        pa.array([ref.broker_name] * n, pa.string()),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols["queue_id"])]),
-        offsets,
-        pa.array(uniq, pa.string()),
-        pa.array(cols["keys"], pa.string()),
-        pa.array(cols["tags"], pa.string()),
-        pa.array(cols["body"], pa.binary()),
-        props,
-        pa.Array.from_buffers(ts_ms, n, [None, pa.py_buffer(cols["born_timestamp"])]).cast(ts_us),
-        pa.Array.from_buffers(ts_ms, n, [None, pa.py_buffer(cols["store_timestamp"])]).cast(ts_us),
-        pa.array(born, pa.string()),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols["reconsume_times"])]),
-    ]
-    rb = pa.RecordBatch.from_arrays(arrays, schema=READ_ARROW_SCHEMA)
+        keep = tagged if keep is None else pc.and_(keep, tagged)
+    arrays = [_BUILDERS[name](cols, n, ref, opts) for name in schema.names]
+    rb = pa.RecordBatch.from_arrays(arrays, schema=schema)
     if keep is not None:
         rb = rb.filter(keep)
     return rb if rb.num_rows else None
@@ -339,10 +379,15 @@ async def _fetch_chunk(
 
 
 def read_range(
-    ref: QueueRef, start: int, end: int, opts: SourceOptions
+    ref: QueueRef,
+    start: int,
+    end: int,
+    opts: SourceOptions,
+    schema: pa.Schema = READ_ARROW_SCHEMA,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of offsets [start, end) of one queue (a Spark task).
-    The next chunk is pulled while Spark consumes the current one."""
+    """Arrow batches (the columns of `schema`) of offsets [start, end) of
+    one queue (a Spark task). The next chunk is pulled while Spark consumes
+    the current one."""
     if start >= end:
         return
     chunks = [(lo, min(lo + CHUNK_OFFSETS, end)) for lo in range(start, end, CHUNK_OFFSETS)]
@@ -356,6 +401,7 @@ def read_range(
         lo, hi = chunks[i]
         return asyncio.run_coroutine_threadsafe(_fetch_chunk(ref, lo, hi, opts), loop)
 
+    include_props = opts.include_properties and "properties" in schema.names
     pending = submit(0)
     for i in range(len(chunks)):
         records, lost_to = pending.result(TIMEOUT * 6)
@@ -367,8 +413,7 @@ def read_range(
                 f"{ref.topic}/{key_str(ref.key)}: offsets from {chunks[i][0]} are gone (the "
                 f"queue now starts at {lost_to}); set failOnDataLoss=false to skip them"
             )
-        rb = _to_batch(
-            rmqcore.decode_columns(records, opts.include_properties), ref, opts, chunks[i][1]
-        )
+        cols = rmqcore.decode_columns(records, include_props)
+        rb = _to_batch(cols, ref, opts, chunks[i][1], schema)
         if rb is not None:
             yield rb

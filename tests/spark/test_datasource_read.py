@@ -128,6 +128,30 @@ def test_offsets_json_timestamp_filter_and_assign(spark: Any, broker: Any, sent:
     assert len(_load(spark, ns, topicPattern="SparkRe.d").collect()) == 252
 
 
+def test_narrower_schema_reads_only_those_columns(spark: Any, broker: Any, sent: dict) -> None:
+    ns, topic = broker.namesrv, sent["topic"]
+    full = {r["msgId"]: r for r in _load(spark, ns, topic=topic).collect()}
+    df = (
+        spark.read.format("rocketmq")
+        .schema("msgId string, body binary, queueOffset bigint")
+        .option("nameServer", ns)
+        .option("topic", topic)
+        .load()
+    )
+    got = df.collect()
+    assert df.columns == ["msgId", "body", "queueOffset"] and len(got) == len(full)
+    for r in got:
+        assert bytes(r["body"]) == bytes(full[r["msgId"]]["body"])
+        assert r["queueOffset"] == full[r["msgId"]]["queueOffset"]
+    for ddl, message in (
+        ("msgId string, payload binary", "has no column 'payload'"),
+        ("body string", "column 'body' of format\\('rocketmq'\\) is binary, not string"),
+    ):
+        bad = spark.read.format("rocketmq").schema(ddl).option("nameServer", ns)
+        with pytest.raises(Exception, match=message):
+            bad.option("topic", topic).load().collect()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
