@@ -40,7 +40,8 @@ class OffsetStore(Protocol):
 
     async def persist_all(self, mqs: Iterable[MessageQueue]) -> None: ...
 
-    async def persist(self, mq: MessageQueue) -> None: ...
+    async def persist(self, mq: MessageQueue, oneway: bool = False) -> None:
+        """Commit mq's offset; `oneway`: do not wait for the store's answer."""
 
     def remove_offset(self, mq: MessageQueue) -> None: ...
 
@@ -98,7 +99,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         self.update_offset(mq, off, False)
         return off
 
-    async def persist(self, mq: MessageQueue) -> None:
+    async def persist(self, mq: MessageQueue, oneway: bool = False) -> None:
         off = self.offset_table.get(mq)
         if off is None:
             return
@@ -106,7 +107,7 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         if addr is None:
             log.warning("%s: offset of %s not committed: broker not found", self.group, mq)
             return
-        await self.client.api.update_consumer_offset(addr, self.group, mq, off)
+        await self.client.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
 
     async def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
         results = await asyncio.gather(
@@ -168,5 +169,5 @@ class LocalFileOffsetStore(_MemoryTable):
             return
         await asyncio.to_thread(write_json_atomic, self.path, {"offsetTable": table})
 
-    async def persist(self, mq: MessageQueue) -> None:
+    async def persist(self, mq: MessageQueue, oneway: bool = False) -> None:
         await self.persist_all(list(self.offset_table))

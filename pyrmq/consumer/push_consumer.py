@@ -429,7 +429,10 @@ class PushConsumer(ConsumerBase):
             pq.arrived.set()
             await self.consume_service.stop_queue(mq)
         try:
-            await self.offset_store.persist(mq)
+            # one-way, as Java's RemoteBrokerOffsetStore: a broker that stopped
+            # answering would otherwise hold the rebalance (and the hand-over
+            # of every other queue) for a request timeout per queue
+            await self.offset_store.persist(mq, oneway=True)
         except RMQError as e:
             log.warning("%s: offset of %s not committed: %s", self.consumer_group, mq, e)
         self.offset_store.remove_offset(mq)
