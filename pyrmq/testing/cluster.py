@@ -49,12 +49,14 @@ def _kill_leftovers() -> None:
 class ServerProcess:
     """One `python -m pyrmq <args> --ready-file F` process. `exec_prefix`
     is the argv it runs under, e.g. `ip netns exec NS` (it must exec the
-    command, keeping the PID)."""
+    command, keeping the PID). `ready_timeout` bounds each start (a broker
+    recovering a large store after a crash may need more than the default)."""
 
     def __init__(self, name: str, args: list[str], workdir: pathlib.Path) -> None:
         self.name = name
         self.args = args
         self.exec_prefix: list[str] = []
+        self.ready_timeout = READY_TIMEOUT
         self.log_path = workdir / f"{name}.log"
         self.ready_path = workdir / f"{name}.ready.json"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -90,7 +92,7 @@ class ServerProcess:
                 start_new_session=True,
             )
         _LIVE.add(self.proc)
-        self._deadline = time.monotonic() + READY_TIMEOUT
+        self._deadline = time.monotonic() + self.ready_timeout
 
     def poll_ready(self) -> bool:
         """True once the ready file is written; raises if the process exited
@@ -114,7 +116,7 @@ class ServerProcess:
         if time.monotonic() > self._deadline:
             self.kill()
             tail = self.log_tail(60)
-            raise RuntimeError(f"{self.name} not ready within {READY_TIMEOUT:.0f}s:\n{tail}")
+            raise RuntimeError(f"{self.name} not ready within {self.ready_timeout:.0f}s:\n{tail}")
         return False
 
     def start(self) -> None:
