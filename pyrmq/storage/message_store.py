@@ -430,6 +430,11 @@ class MessageStore:
         if self._allocating or self._io is None or self._core is None:
             return
         self._allocating = True
+        if self._clean is not None:
+            # the log grew by a segment or a warm window: measure the disk
+            # now, not only at the next retention pass (a fast producer can
+            # fill what is left in between)
+            self._clean.check_disk()
 
         def done(f: asyncio.Future[None]) -> None:
             self._allocating = False

@@ -13,6 +13,8 @@ scenario against a broker subprocess (ProcessCluster) with real clients."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import pathlib
 import signal
 import subprocess
@@ -22,9 +24,14 @@ from typing import Any
 import pytest
 
 import rmqcore
-from pyrmq.common.errors import DiskFullError
+from pyrmq import ConsumeFromWhere, Message, Producer, PushConsumer
+from pyrmq.common.errors import DiskFullError, ServiceNotAvailableError
 from pyrmq.storage import MessageStore, MessageStoreConfig
+from pyrmq.storage.check import check_store
+from pyrmq.testing.cluster import ProcessCluster
 from tests.chaos._disk import fill, tmpfs
+from tests.chaos._overload import Collector, Ledger, body, pump, wait_until
+from tests.chaos.conftest import scale
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -161,3 +168,271 @@ def test_past_the_warning_level_puts_are_refused_until_use_falls_back(
             assert not store.disk_full
 
     arun(main(), timeout=30)
+
+
+# -- the scenario: a broker process on a full disk ------------------------------------------
+
+
+#: bytes of each message body (incompressible: below the producer's 4 KiB
+#: compression threshold, so it is stored as sent)
+BODY = 3000
+#: sends a producer keeps outstanding
+INFLIGHT = 32
+#: refusals seen before a fill counts as reached
+REFUSALS = 20
+
+
+def _broker_conf(fs: pathlib.Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "storePathRootDir": str(fs / "broker-a"),
+        "mappedFileSizeCommitLog": 2 << 20,
+        "maxMessageSize": 64 * 1024,
+        "mappedFileSizeConsumeQueue": 20 * 2000,
+        "maxHashSlotNum": 1024,
+        "maxIndexNum": 4096,
+        # measure the disk often (RocketMQ: every 10 s)
+        "clean_resource_interval_ms": 300,
+        "flushDiskType": "ASYNC_FLUSH",
+        **extra,
+    }
+
+
+def _room_to_warning(fs: pathlib.Path, warning: float = 0.90) -> int:
+    st = os.statvfs(fs)
+    total = st.f_blocks * st.f_frsize
+    used = total - st.f_bavail * st.f_frsize
+    return int(warning * total) - used
+
+
+def _check_refusals(ledger: Ledger, since: int) -> list[str]:
+    """The refusals among the outcomes after history index `since`: each a
+    SERVICE_NOT_AVAILABLE naming the full disk. Their remarks."""
+    remarks = []
+    for i, ok in ledger.history[since:]:
+        if ok:
+            continue
+        e = ledger.failed[i]
+        assert isinstance(e, ServiceNotAvailableError), f"message {i}: {e!r}"
+        assert "the broker's disk is full" in e.remark, e.remark
+        remarks.append(e.remark)
+    return remarks
+
+
+def _consumer(c: ProcessCluster, group: str, topic: str, got: Collector) -> PushConsumer:
+    consumer = PushConsumer(
+        group,
+        c.namesrv_addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        rebalance_interval=1.0,
+        persist_consumer_offset_interval=1.0,
+    )
+    consumer.subscribe(topic, "*")
+    consumer.register_message_listener(got.listen)
+    return consumer
+
+
+def test_full_disk_refuses_sends_keeps_what_was_acked_and_resumes(
+    tmp_path: pathlib.Path, arun: Any, long_mode: bool, report: Any
+) -> None:
+    """Fill, verify, free, resume; `cycles` times. Each cycle a filler file
+    leaves the store STEP bytes before the 90% warning level; the producer
+    sends until the broker refuses (SERVICE_NOT_AVAILABLE, nothing written);
+    then another process takes the last byte of the disk (ENOSPC for every
+    file the broker writes: offsets, topics, checkpoint) while a consumer
+    that was reading all along and a group started now must read every
+    acknowledged message, intact; then the fillers go and sending resumes.
+    At the end the store is checked offline, record by record."""
+    cycles = scale(long_mode, 1, 4)
+    size_mib = scale(long_mode, 64, 192)
+    step = 16 << 20
+    resume = scale(long_mode, 300, 2000)
+    topic = "DiskFullT"
+
+    async def main(c: ProcessCluster, fs: pathlib.Path) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        ledger = Ledger()
+        ids = itertools.count()
+        live = Collector()
+        figures: dict[str, Any] = {"refused_by_code": {}, "remarks": [], "new_groups_read": []}
+        producer = Producer("pg_disk", c.namesrv_addr, send_msg_timeout=10)
+        await producer.start()
+        first = next(ids)  # sent alone: creates the topic and its route
+        ledger.sent.add(first)
+        ledger.settle(first, await producer.send(Message(topic, body(first, BODY))), None)
+        live_consumer = _consumer(c, "cg_disk_live", topic, live)
+        await live_consumer.start()
+        try:
+            for cycle in range(cycles):
+                filler, rest = fs / f"filler-{cycle}", fs / f"rest-{cycle}"
+                fill(filler, limit=max(0, _room_to_warning(fs) - step))
+                mark = len(ledger.history)
+                refused_at_start = len(ledger.failed)
+
+                def refused(start: int = refused_at_start) -> bool:
+                    return len(ledger.failed) - start >= REFUSALS
+
+                await pump(producer, ledger, topic, ids, size=BODY, inflight=INFLIGHT,
+                           stop=refused, deadline=loop.time() + 90)  # fmt: skip
+                assert refused(), f"cycle {cycle}: the disk never filled: {ledger.failures()}"
+                figures["remarks"] += _check_refusals(ledger, mark)[:1]
+                assert c.brokers["broker-a"].running
+                # Another process takes every byte left: files the broker
+                # writes after a send (offsets, topics, checkpoint) get ENOSPC.
+                fill(rest)
+                mark = len(ledger.history)
+                await pump(producer, ledger, topic, itertools.islice(ids, 40), size=BODY,
+                           inflight=4, stop=lambda: False, deadline=loop.time() + 30)  # fmt: skip
+                assert not any(ok for _, ok in ledger.history[mark:]), "accepted on a full disk"
+                _check_refusals(ledger, mark)
+                acked = set(ledger.acked)
+                await wait_until(lambda a=acked: live.ids >= a, "the live consumer to catch up", 60)
+                fresh = Collector()
+                group = _consumer(c, f"cg_disk_new_{cycle}", topic, fresh)
+                await group.start()  # its %RETRY% topic cannot be saved: ENOSPC
+                try:
+                    await wait_until(
+                        lambda f=fresh, a=acked: f.ids >= a, "a new group to read all", 60
+                    )
+                finally:
+                    await group.shutdown()
+                figures["new_groups_read"].append(len(fresh.ids))
+                assert not fresh.damaged
+                assert c.brokers["broker-a"].running
+                # Space comes back: sending resumes.
+                filler.unlink()
+                rest.unlink()
+                mark = len(ledger.history)
+
+                def resumed(start: int = mark) -> bool:
+                    return sum(ok for _, ok in ledger.history[start:]) >= resume
+
+                await pump(producer, ledger, topic, ids, size=BODY, inflight=INFLIGHT,
+                           stop=resumed, deadline=loop.time() + 60)  # fmt: skip
+                assert resumed(), f"cycle {cycle}: sending did not resume: {ledger.failures()}"
+            acked = set(ledger.acked)
+            await wait_until(lambda: live.ids >= acked, "the live consumer to read all", 60)
+        finally:
+            await live_consumer.shutdown()
+            await producer.shutdown()
+        ledger.check_against_stored(live.ids)
+        assert not live.damaged, f"{len(live.damaged)} damaged bodies: {live.damaged[:3]}"
+        figures.update(
+            sent=len(ledger.sent),
+            acked=len(ledger.acked),
+            refused=len(ledger.failed),
+            refused_by_code=dict(ledger.failures()),
+            received=len(live.ids),
+            redelivered=sum(live.seen.values()) - len(live.seen),
+        )
+        return figures
+
+    with tmpfs(tmp_path / "fs", size_mib) as fs:
+        # retention may not delete young segments to make room: only an
+        # operator frees space here (test_retention_... lets retention do it)
+        conf = _broker_conf(fs, cleanFileForciblyEnable="false")
+        cluster = ProcessCluster(tmp_path / "cluster", ["broker-a"], broker_conf=conf)
+        with cluster as c:
+            try:
+                figures = arun(main(c, fs), timeout=scale(long_mode, 240, 900))
+            except BaseException:
+                print(c.log_tails(40), file=sys.stderr)
+                raise
+            assert c.stop_broker("broker-a") == 0, c.log_tails(40)
+        checked = check_store(str(fs / "broker-a"))
+        assert checked.ok, checked.problems[:10]
+    report(
+        scenario="full disk",
+        cycles=cycles,
+        tmpfs_mib=size_mib,
+        verified_records=checked.records,
+        **figures,
+    )
+
+
+def test_retention_frees_a_full_disk_and_sending_resumes(
+    tmp_path: pathlib.Path, arun: Any, long_mode: bool, report: Any
+) -> None:
+    """RocketMQ's default answer to a full disk: past the forcibly ratio
+    (85%) retention deletes the oldest CommitLog segments even though they
+    have not expired, and past the warning level (90%) sends are refused
+    until it has. The producer writes `volume` times the disk's size; the
+    promise is that refusals say why, sending resumes by itself, and what
+    remains readable is intact: per queue, every acknowledged message from
+    the oldest one still there onwards, and nothing that was refused."""
+    size_mib = 64
+    volume = scale(long_mode, 1, 6)
+    resume = scale(long_mode, 300, 1000)
+    topic = "DiskRetentionT"
+
+    async def main(c: ProcessCluster, fs: pathlib.Path) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        ledger = Ledger()
+        ids = itertools.count()
+        want_bytes = volume * size_mib << 20
+
+        def done() -> bool:
+            last_refusal = max(
+                (n for n, (_, ok) in enumerate(ledger.history) if not ok), default=None
+            )
+            if last_refusal is None:
+                return False
+            since = sum(ok for _, ok in ledger.history[last_refusal + 1 :])
+            return since >= resume and len(ledger.acked) * BODY >= want_bytes
+
+        producer = Producer("pg_retention", c.namesrv_addr, send_msg_timeout=10)
+        await producer.start()
+        try:
+            await pump(producer, ledger, topic, ids, size=BODY, inflight=INFLIGHT,
+                       stop=done, deadline=loop.time() + scale(long_mode, 120, 600))  # fmt: skip
+        finally:
+            await producer.shutdown()
+        assert ledger.failed, "the disk never filled"
+        assert done(), f"sending did not resume: {ledger.failures()}, {len(ledger.acked)} acked"
+        remarks = _check_refusals(ledger, 0)
+        segments = sorted(os.listdir(fs / "broker-a" / "commitlog"))
+        assert segments and segments[0] != "0" * 20, "retention deleted nothing"
+        got = Collector()
+        consumer = _consumer(c, "cg_retention", topic, got)
+        await consumer.start()
+        try:
+            newest = {i for i, _ in ledger.history[-resume:]}
+            await wait_until(lambda: got.ids >= newest, "the newest messages", 60)
+            await asyncio.sleep(1.0)  # let the rest of what is left arrive too
+        finally:
+            await consumer.shutdown()
+        assert not got.damaged, got.damaged[:3]
+        stray = got.ids - ledger.acked.keys() - ledger.ambiguous()
+        assert not stray, f"stored but refused or never sent: {sorted(stray)[:10]}"
+        # per queue, what is left is a suffix of what was acknowledged
+        by_queue: dict[int, dict[int, int]] = {}
+        for i, r in ledger.acked.items():
+            by_queue.setdefault(r.message_queue.queue_id, {})[r.queue_offset] = i
+        lost = []
+        for offsets in by_queue.values():
+            received = [o for o, i in offsets.items() if i in got.ids]
+            oldest = min(received, default=max(offsets) + 1)
+            lost += [i for o, i in offsets.items() if o >= oldest and i not in got.ids]
+        assert not lost, f"{len(lost)} messages missing above the retention point: {lost[:10]}"
+        return {
+            "sent": len(ledger.sent),
+            "acked": len(ledger.acked),
+            "refused": len(ledger.failed),
+            "refused_by_code": dict(ledger.failures()),
+            "remaining_readable": len(got.ids),
+            "deleted_by_retention": len(ledger.acked) - len(got.ids & ledger.acked.keys()),
+            "remarks": remarks[:1],
+        }
+
+    with tmpfs(tmp_path / "fs", size_mib) as fs:
+        fill(fs / "filler", limit=max(0, _room_to_warning(fs) - (24 << 20)))
+        conf = _broker_conf(fs, clean_resource_interval_ms=1000)
+        with ProcessCluster(tmp_path / "cluster", ["broker-a"], broker_conf=conf) as c:
+            try:
+                figures = arun(main(c, fs), timeout=scale(long_mode, 240, 900))
+            except BaseException:
+                print(c.log_tails(40), file=sys.stderr)
+                raise
+            assert c.stop_broker("broker-a") == 0, c.log_tails(40)
+        checked = check_store(str(fs / "broker-a"))
+        assert checked.ok, checked.problems[:10]
+    report(scenario="full disk, retention", volume_x_disk=volume, **figures)
