@@ -114,6 +114,8 @@ class Broker:
             retry_queue_nums=cfg.retry_queue_nums,
             max_message_size=self.store_config.max_message_size,
             broker_permission=cfg.broker_permission,
+            send_queue_capacity=cfg.send_thread_pool_queue_capacity,
+            fast_failure=cfg.broker_fast_failure_enable,
         )
         self.pull_processor = PullMessageProcessor(
             store,

@@ -64,6 +64,12 @@ class BrokerConfig:
     #: a sender holds a connection no longer than an idle one
     server_frame_read_timeout_ms: int = 120_000
     rebalance_lock_max_live_time_ms: int = 60_000
+    #: sends that may wait for the disk at once (SYNC_FLUSH) before more are
+    #: answered SYSTEM_BUSY [OVERLOAD]: bounds what the broker holds for them
+    send_thread_pool_queue_capacity: int = 10_000
+    #: answer sends SYSTEM_BUSY [PCBUSY_CLEAN_QUEUE] while the disk lags
+    #: osPageCacheBusyTimeOutMills behind SYNC_FLUSH sends
+    broker_fast_failure_enable: bool = True
     #: retryMaxTimes of auto-created subscription groups
     max_reconsume_times: int = 16
     retry_queue_nums: int = 1
@@ -82,6 +88,8 @@ class BrokerConfig:
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ClientError("defaultTopicQueueNums must be within 1..1024")
         parse_delay_levels(self.message_delay_level)
+        if self.send_thread_pool_queue_capacity <= 0:
+            raise ClientError("sendThreadPoolQueueCapacity must be > 0")
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")
         if self.broker_ip1:

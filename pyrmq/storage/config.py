@@ -33,6 +33,11 @@ class MessageStoreConfig:
     max_message_size: int = rmqcore.DEFAULT_MAX_MESSAGE_SIZE
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     sync_flush_timeout_ms: int = 5000
+    #: SYNC_FLUSH: once the oldest put still waiting for its flush has waited
+    #: this long, the disk is not keeping up and the broker answers new sends
+    #: SYSTEM_BUSY (pyrmq's reading of RocketMQ's "page cache busy": there is
+    #: no put lock held across a flush here)
+    os_page_cache_busy_time_out_mills: int = 1000
     flush_interval_commit_log_ms: int = 500
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval_ms: int = 10_000
@@ -86,6 +91,7 @@ class MessageStoreConfig:
             )
         for name in (
             "sync_flush_timeout_ms",
+            "os_page_cache_busy_time_out_mills",
             "flush_interval_commit_log_ms",
             "flush_interval_consume_queue_ms",
             "clean_resource_interval_ms",

@@ -17,6 +17,11 @@ from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
 
 log = logging.getLogger("pyrmq.storage.flush")
 
+#: seconds: a flush at least this long measures the disk's bandwidth (a
+#: shorter one is mostly fixed cost; it only says the disk is at least
+#: that fast)
+SLOW_FLUSH_S = 0.05
+
 
 class GroupCommitService:
     """SYNC_FLUSH group commit (RocketMQ GroupCommitService): a put waits
@@ -46,10 +51,25 @@ class GroupCommitService:
         self._flushed = core.flushed_offset
         self.flush_count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        # (clock, flushed offset) when the running flush began
+        self._flush_began = (0.0, 0)
+        # bytes/s of the recent flushes; None until one was slow
+        self._rate: float | None = None
 
     @property
     def flushed_offset(self) -> int:
         return self._flushed
+
+    def backlog(self) -> tuple[int, float, float]:
+        """How far the disk is behind the puts: (waiters not served yet,
+        seconds the oldest has waited, seconds the disk is expected to take
+        for the bytes they wait for; 0.0 until a flush was slow)."""
+        w = self._waiters
+        if not w:
+            return 0, 0.0, 0.0
+        age = self._clock() - (w[0][1] - self._timeout)
+        ahead = 0.0 if self._rate is None else (w[-1][0] - self._flushed) / self._rate
+        return len(w), age, ahead
 
     def wait_flushed(self, offset: int) -> asyncio.Future[bool]:
         """A future: True once CommitLog bytes below offset are durable, False
@@ -70,6 +90,7 @@ class GroupCommitService:
 
     def _start(self) -> None:
         self._flushing = True
+        self._flush_began = (self._clock(), self._flushed)
         self._io.run("flush-commitlog", self._core.flush_commit_log, 0).add_done_callback(
             self._done
         )
@@ -85,6 +106,15 @@ class GroupCommitService:
                 if not w.done():
                     w.set_exception(exc)
             return
+        began, before = self._flush_began
+        took = self._clock() - began
+        done = f.result() - before
+        if took >= SLOW_FLUSH_S and done > 0:
+            rate = done / took
+            self._rate = rate if self._rate is None else (self._rate + rate) / 2
+        elif self._rate is not None and done > 0:
+            # quick: the disk does at least this much now
+            self._rate = max(self._rate, done / max(took, 1e-6))
         self._flushed = max(self._flushed, f.result())
         while self._waiters and self._waiters[0][0] <= self._flushed:
             w = self._waiters.popleft()[2]

@@ -361,6 +361,15 @@ class MessageStore:
             return None
         return self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes)
 
+    @property
+    def flush_backlog(self) -> tuple[int, float, float]:
+        """SYNC_FLUSH: (puts waiting for their flush, seconds the oldest has
+        waited, seconds the disk should take to flush what they wait for,
+        from the recent slow flushes); zeros in ASYNC_FLUSH, where nothing
+        waits."""
+        gc = self._group_commit
+        return (0, 0.0, 0.0) if gc is None else gc.backlog()
+
     async def wait_durable(self, offset: int) -> None:
         """Wait until CommitLog bytes below offset are durable (any mode)."""
         if self._group_commit is not None:

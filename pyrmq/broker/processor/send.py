@@ -39,6 +39,7 @@ from pyrmq.common.errors import (
     NoPermissionError,
     ServiceNotAvailableError,
     StoreError,
+    SystemBusyError,
 )
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
@@ -104,6 +105,8 @@ class SendMessageProcessor:
         retry_queue_nums: int,
         max_message_size: int,
         broker_permission: int,
+        send_queue_capacity: int = 10_000,
+        fast_failure: bool = True,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -112,8 +115,15 @@ class SendMessageProcessor:
         self.retry_queue_nums = retry_queue_nums
         self.max_message_size = max_message_size
         self.broker_permission = broker_permission
+        #: sendThreadPoolQueueCapacity: sends that may wait for the disk at once
+        self.send_queue_capacity = send_queue_capacity
+        #: brokerFastFailureEnable: SYSTEM_BUSY once the disk lags (see _refuse_if_busy)
+        self.fast_failure = fast_failure
+        self._busy_after = store.config.os_page_cache_busy_time_out_mills / 1000
         self._sync = store.config.flush_disk_type.value == "SYNC_FLUSH"
         self._inflater: ThreadPoolExecutor | None = None
+        #: sends answered SYSTEM_BUSY (runtime info, tests)
+        self.busy_refusals = 0
 
     # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
 
@@ -124,6 +134,8 @@ class SendMessageProcessor:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch") in _TRUE
         if not self.broker_permission & PERM_WRITE:
             raise NoPermissionError("the broker does not allow writes now")
+        if self._sync:
+            self._refuse_if_busy()
         topic = f.get("topic")
         if not topic:
             raise MessageIllegalError("the request header lacks topic")
@@ -186,6 +198,33 @@ class SendMessageProcessor:
             )
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
+    def _refuse_if_busy(self) -> None:
+        """Flow control while the disk does not keep up with SYNC_FLUSH,
+        before anything is written (a send answered SYSTEM_BUSY is not
+        stored; the producer tries again, on another broker when it has
+        one). RocketMQ's BrokerFastFailure and the send queue's bound, for a
+        broker whose sends wait for their flush rather than for a thread:
+        [OVERLOAD] once sendThreadPoolQueueCapacity sends wait (each holds
+        only its answer, so this bounds the broker's memory), and, with
+        brokerFastFailureEnable, [PCBUSY_CLEAN_QUEUE] once the oldest has
+        waited longer than osPageCacheBusyTimeOutMills, or the disk, at the
+        speed of its recent slow flushes, would take longer than that for
+        what is waiting (so a burst is not taken in only to time out)."""
+        waiting, age, ahead = self.store.flush_backlog
+        if waiting >= self.send_queue_capacity:
+            self.busy_refusals += 1
+            raise SystemBusyError(
+                "[OVERLOAD]system busy, start flow control for a while "
+                f"({waiting} sends are waiting for the disk)"
+            )
+        if self.fast_failure and max(age, ahead) > self._busy_after:
+            self.busy_refusals += 1
+            raise SystemBusyError(
+                "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, "
+                f"period in queue: {age * 1000:.0f}ms, size of queue: {waiting}, "
+                f"flush ahead: {ahead * 1000:.0f}ms"
+            )
+
     def _answer(
         self,
         conn: Connection,
@@ -204,12 +243,14 @@ class SendMessageProcessor:
             "MSG_REGION": "DefaultRegion",
             "TRACE_ON": "true",
         }
+        answer = cmd.response(ResponseCode.SUCCESS, ext)
         if self._sync and "WAIT\x01false" not in props:
             fut = self.store.durable_future(r)
             if fut is not None and not (fut.done() and fut.result()):
-                fut.add_done_callback(lambda f: conn.send_soon(_durable_answer(cmd, f, ext)))
+                # the wait holds the answer only, not the request and its body
+                fut.add_done_callback(lambda f: conn.send_soon(_durable_answer(answer, f)))
                 return None
-        return cmd.response(ResponseCode.SUCCESS, ext)
+        return answer
 
     def _topic_for_send(self, topic: str, f: dict[str, str]) -> TopicConfig:
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -386,20 +427,20 @@ class SendMessageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
 
-def _durable_answer(
-    cmd: RemotingCommand, f: asyncio.Future[bool], ext: dict[str, str]
-) -> RemotingCommand:
-    """The send answer once the group commit has decided: SUCCESS when
-    durable, FLUSH_DISK_TIMEOUT when syncFlushTimeout passed first (the
-    message is stored and will be flushed), SYSTEM_ERROR if the flush failed."""
+def _durable_answer(answer: RemotingCommand, f: asyncio.Future[bool]) -> RemotingCommand:
+    """The send answer (made as SUCCESS) once the group commit has decided:
+    SUCCESS when durable, FLUSH_DISK_TIMEOUT when syncFlushTimeout passed
+    first (the message is stored and will be flushed), SYSTEM_ERROR if the
+    flush failed."""
     if f.cancelled():
-        return cmd.response(ResponseCode.SYSTEM_ERROR, remark="the broker is shutting down")
-    exc = f.exception()
-    if exc is not None:
-        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"flush to disk failed: {exc}")
-    if f.result():
-        return cmd.response(ResponseCode.SUCCESS, ext)
-    return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext, remark="the flush to disk timed out")
+        answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, "the broker is shutting down"
+        answer.ext_fields = {}
+    elif (exc := f.exception()) is not None:
+        answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, f"flush to disk failed: {exc}"
+        answer.ext_fields = {}
+    elif not f.result():
+        answer.code, answer.remark = ResponseCode.FLUSH_DISK_TIMEOUT, "the flush to disk timed out"
+    return answer
 
 
 @contextlib.contextmanager
