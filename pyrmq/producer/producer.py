@@ -38,7 +38,7 @@ from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
-from pyrmq.remoting import RemotingCommand
+from pyrmq.remoting import RemotingCommand, ResponseCode
 
 log = logging.getLogger("pyrmq.producer")
 
@@ -47,6 +47,16 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 #: send_async's callback: called once with (result, None) or (None, error)
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+def _route_suspect(e: BaseException) -> bool:
+    """True when a failed send may come from a stale route (broker gone,
+    topic moved): look the route up again. SYSTEM_BUSY says the broker is
+    there and overloaded: asking the name server again for each refused
+    send would only carry the overload over to it."""
+    if isinstance(e, BrokerError):
+        return e.code != ResponseCode.SYSTEM_BUSY
+    return isinstance(e, RemotingError)
 
 
 class _SendJob(NamedTuple):
@@ -541,7 +551,8 @@ class Producer:
                     self._settle(out, callback, counted, None, error)
                     return
                 log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, error)
-                self.topic_publish_info_table.pop(topic, None)
+                if _route_suspect(error):
+                    self.topic_publish_info_table.pop(topic, None)
             else:
                 self.fault_strategy.update_fault_item(
                     target.broker_name, int(elapsed * 1000), False
@@ -648,12 +659,14 @@ class Producer:
         attempts = 1 + retries
         last_broker: str | None = avoid
         last_error: BaseException | None = first_error
+        made = 0 if first_error is None else 1  # the callback path's attempt
         if born is None:
             born = int(time.time() * 1000)
         for attempt in range(attempts):
             left = deadline - loop.time()
             if left <= 0:
                 break
+            made += 1
             info = self.topic_publish_info_table.get(topic)
             if mq is None and selector is None and info is not None and info.queues:
                 target = self.fault_strategy.select_one_message_queue(info, last_broker)
@@ -692,8 +705,7 @@ class Producer:
                 log.info(
                     "send to %s failed (attempt %d of %d): %s", target, attempt + 1, attempts, e
                 )
-                if isinstance(e, RemotingError | BrokerError):
-                    # the route may be stale (broker gone, topic moved): look again
+                if _route_suspect(e):
                     self.topic_publish_info_table.pop(topic, None)
                 continue
             elapsed_ms = int((loop.time() - t0) * 1000)
@@ -707,5 +719,5 @@ class Producer:
             return result
         if last_error is None:
             raise RemotingError(f"sending to {topic} timed out after {timeout:.3f}s")
-        last_error.add_note(f"send to {topic}: {attempts} attempt(s) failed in {timeout:.3f}s")
+        last_error.add_note(f"send to {topic}: {made} attempt(s) failed")
         raise last_error
