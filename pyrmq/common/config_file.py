@@ -1,21 +1,48 @@
 """Small JSON state files (topics, consumer offsets, delay offsets, KV
-config), written atomically: temp file, fsync, rename, fsync of the folder.
-RocketMQ's ConfigManager keeps a .bak; an atomic rename makes it unneeded:
-a reader sees the old file or the new one, never a torn one."""
+config), written atomically: temp file, fsync, rename, fsync of the folder,
+so a save never leaves a torn file. Like RocketMQ's ConfigManager, the
+broker's state files (JsonStateFile) also keep the previous save as
+<file>.bak: a file damaged later (a bad disk block, a truncating copy, a
+hand edit) is moved aside as <file>.damaged-<time> and the .bak is loaded,
+with an error in the log naming both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import shutil
+import time
 from typing import Any
 
 from pyrmq.common.errors import ClientError
 
+log = logging.getLogger("pyrmq.config")
 
-def write_json_atomic(path: str, data: Any) -> None:
-    """Blocking: call from an executor thread, not the event loop."""
+
+def _keep_backup(path: str) -> None:
+    """<path>.bak becomes the file now at path (before it is replaced): a
+    hard link renamed into place, so path itself never goes missing."""
+    bak, tmp = f"{path}.bak", f"{path}.bak.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    try:
+        os.link(path, tmp)
+    except FileNotFoundError:
+        return  # no previous save
+    except OSError:  # a filesystem without hard links
+        shutil.copyfile(path, tmp)
+    os.replace(tmp, bak)
+
+
+def write_json_atomic(path: str, data: Any, *, backup: bool = False) -> None:
+    """Blocking: call from an executor thread, not the event loop. With
+    backup, the file being replaced is kept as <path>.bak."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
+    if backup:
+        _keep_backup(path)
     tmp = f"{path}.tmp"
     raw = json.dumps(data, indent=1, sort_keys=True).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -95,19 +122,51 @@ class JsonStateFile:
         return cls._executor
 
     def load(self) -> Any | None:
-        return read_json(self.path)
+        """The saved state, or None when there is none. A file that is not
+        valid JSON (damaged) is moved aside and the previous save (.bak)
+        loaded instead; a missing file with a .bak (a crash between the two
+        renames of a save cannot cause that, but a deletion can) loads the
+        .bak too. Both are logged as errors: state may be one save old."""
+        try:
+            data = read_json(self.path)
+        except ClientError as e:
+            aside = f"{self.path}.damaged-{time.strftime('%Y%m%d%H%M%S')}"
+            os.replace(self.path, aside)
+            backup = self._load_backup()
+            log.error(
+                "%s (moved to %s); %s",
+                e,
+                aside,
+                "loaded the previous save (.bak) instead"
+                if backup is not None
+                else "no usable previous save (.bak): starting without this state",
+            )
+            return backup
+        if data is None:
+            backup = self._load_backup()
+            if backup is not None:
+                log.error("%s is missing: loaded the previous save (.bak)", self.path)
+            return backup
+        return data
+
+    def _load_backup(self) -> Any | None:
+        try:
+            return read_json(f"{self.path}.bak")
+        except ClientError as e:
+            log.error("%s", e)
+            return None
 
     async def persist(self) -> None:
         """Save the current state; returns once it is on disk. Cancelling the
         caller does not cancel the save."""
         import asyncio
 
-        fut = self._pool().submit(write_json_atomic, self.path, self._snapshot())
+        fut = self._pool().submit(write_json_atomic, self.path, self._snapshot(), backup=True)
         await asyncio.shield(asyncio.wrap_future(fut))
 
     def persist_now(self) -> None:
         """Blocking save (shutdown): queued behind any save in progress."""
-        self._pool().submit(write_json_atomic, self.path, self._snapshot()).result()
+        self._pool().submit(write_json_atomic, self.path, self._snapshot(), backup=True).result()
 
 
 def camel_case(name: str) -> str:
