@@ -3,6 +3,8 @@
 #endif
 #include "commit_log.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -324,6 +326,65 @@ int rmq_commit_log_read_pinned(rmq_commit_log_t *cl, int64_t offset, rmq_mapped_
     *mf = f;
     *rec = f->base + rel;
     *avail = wrote - rel;
+    return RMQ_OK;
+}
+
+/* The filler is written data: a segment that was cut short (its write
+ * position at the cut) now holds bytes up to `to`. */
+static void filled(rmq_mapped_file_t *f, int64_t to) {
+    if (rmq_mapped_file_wrote(f) < to - f->from_offset) rmq_mapped_file_set_wrote(f, to - f->from_offset);
+}
+
+int rmq_commit_log_fill_damaged(rmq_commit_log_t *cl, int64_t from, int64_t to) {
+    int64_t seg_end = rmq_commit_log_roll_next(cl, from);
+    if (from < 0 || to <= from || to > seg_end) return RMQ_EBAD_ARG;
+    rmq_mapped_file_t *f;
+    int rc = rmq_mfq_find_pinned(cl->mfq, from, &f);
+    if (rc != RMQ_OK) return rc;
+    uint8_t *p = f->base + (from - f->from_offset);
+    int64_t size = to - from;
+    if (to == seg_end) {
+        if (size < RMQ_END_FILE_MIN_BLANK_LENGTH) {
+            rmq_mapped_file_unpin(f);
+            return RMQ_EBAD_ARG;
+        }
+        memset(p, 0, (size_t)size);
+        rmq_put_be32(p, (int32_t)size);
+        rmq_put_be32(p + 4, RMQ_BLANK_MAGIC_CODE);
+        filled(f, to);
+        rmq_mapped_file_unpin(f);
+        return RMQ_OK;
+    }
+    int64_t room = size - RMQ_RECORD_FIXED_IPV4; /* for topic + body */
+    if (room < 1) {
+        rmq_mapped_file_unpin(f);
+        return RMQ_EBAD_ARG;
+    }
+    static const uint8_t topic[] = RMQ_DAMAGED_TOPIC;
+    int32_t topic_len = (int32_t)(sizeof(topic) - 1);
+    if (topic_len > room) topic_len = (int32_t)room;
+    uint8_t host[8] = {0};
+    rmq_msg_in_t m;
+    memset(&m, 0, sizeof(m));
+    m.topic = topic;
+    m.topic_len = topic_len;
+    m.sysflag = RMQ_SYSFLAG_TRANSACTION_ROLLBACK;
+    m.born_host = host;
+    m.born_host_len = 8;
+    rmq_commit_log_t filler_log = *cl; /* the filler's STOREHOST is zero too */
+    memset(filler_log.store_host, 0, sizeof(filler_log.store_host));
+    filler_log.store_host_len = 8;
+    int32_t body_len = (int32_t)(room - topic_len);
+    uint8_t *zeros = calloc((size_t)body_len + 1, 1);
+    if (!zeros) {
+        rmq_mapped_file_unpin(f);
+        return -ENOMEM;
+    }
+    memset(p, 0, (size_t)size);
+    encode(p, size, &filler_log, &m, 0, zeros, body_len, NULL, 0, 0, from, rmq_now_ms());
+    free(zeros);
+    filled(f, to);
+    rmq_mapped_file_unpin(f);
     return RMQ_OK;
 }
 

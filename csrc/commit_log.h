@@ -123,6 +123,13 @@ int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, con
 int rmq_commit_log_scan(rmq_commit_log_t *cl, int64_t offset, int check_crc, int64_t *end,
                         int64_t *count, int64_t *last_store_ts);
 
+/* Recovery: overwrite [from, to) of one segment, bytes that failed their
+ * checks with intact records after them, with the damaged-range filler of
+ * rmq_format.h (a blank record when `to` is the segment's end). RMQ_EBAD_ARG
+ * when the range spans segments or is too short for the filler. Owner
+ * thread, before anything else reads the log. */
+int rmq_commit_log_fill_damaged(rmq_commit_log_t *cl, int64_t from, int64_t to);
+
 /* Pin the segment holding offset and point *rec at it; *avail is what is
  * readable there up to the write position. Any thread; unpin *mf. */
 int rmq_commit_log_read_pinned(rmq_commit_log_t *cl, int64_t offset, rmq_mapped_file_t **mf,

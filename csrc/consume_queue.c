@@ -168,6 +168,20 @@ int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end) {
      *    the last files were never written). */
     int64_t hi = rmq_mfq_max_offset(q) / UNIT;
     while (hi > lo && unit_at(q, hi - 1, &u) && unit_is_empty(&u)) hi--;
+    int64_t written = hi;
+    cq->damaged = 0;
+    if (q->first_short >= 0) {
+        /* A file was cut: its units end where it ended (the zeros that pad it
+         * back to size were never units), and so does the queue. */
+        rmq_mapped_file_t *f;
+        if (rmq_mfq_find_pinned(q, q->first_short, &f) == RMQ_OK) {
+            int64_t cut = (f->from_offset + rmq_mapped_file_wrote(f)) / UNIT;
+            rmq_mapped_file_unpin(f);
+            if (cut < hi) hi = cut < lo ? lo : cut;
+        }
+        cq->damaged = 1;
+        q->first_short = -1; /* handled: what is rebuilt past it is whole */
+    }
     /* 2. Units point at increasing CommitLog offsets, so the ones that point
      *    past phy_end (the recovered CommitLog end) form a suffix: binary
      *    search for it over the whole queue, not just its last files. */
@@ -202,10 +216,41 @@ int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end) {
     }
     /* 4. Drop empty units at the new end. */
     while (end > lo && unit_at(q, end - 1, &u) && unit_is_empty(&u)) end--;
+    /* Units were dropped to damage unless every one of them pointed past
+     * phy_end (a CommitLog cut back): the first or the last dropped one
+     * pointing inside the log means they were lost, not obsolete. */
+    if (end < written) {
+        rmq_cq_unit_t first, last;
+        int in_log = 0;
+        if (unit_at(q, end, &first) && !unit_is_empty(&first))
+            in_log |= first.size <= 0 || first.phys_offset < 0 ||
+                      first.phys_offset + first.size <= phy_end;
+        if (unit_at(q, written - 1, &last) && !unit_is_empty(&last))
+            in_log |= last.size > 0 && last.phys_offset >= 0 &&
+                      last.phys_offset + last.size <= phy_end;
+        if (in_log) cq->damaged = 1;
+    }
     cq->max_phy_end = 0;
     if (end > lo && unit_at(q, end - 1, &u)) cq->max_phy_end = u.phys_offset + u.size;
     int rc = rmq_mfq_truncate_dirty(q, end * UNIT);
     if (cq->min_logic_offset > end * UNIT) cq->min_logic_offset = end * UNIT;
+    return rc;
+}
+
+int rmq_cq_truncate(rmq_consume_queue_t *cq, int64_t qoff) {
+    rmq_mfq_t *q = cq->mfq;
+    int64_t lo = rmq_mfq_min_offset(q) / UNIT;
+    if (qoff < lo) qoff = lo;
+    int rc = rmq_mfq_truncate_dirty(q, qoff * UNIT);
+    if (cq->min_logic_offset > qoff * UNIT) cq->min_logic_offset = qoff * UNIT;
+    rmq_cq_unit_t u;
+    cq->max_phy_end = 0;
+    for (int64_t k = qoff - 1; k >= lo; k--) { /* the last unit left (gaps are empty) */
+        if (!unit_at(q, k, &u)) break;
+        if (unit_is_empty(&u)) continue;
+        cq->max_phy_end = u.phys_offset + u.size;
+        break;
+    }
     return rc;
 }
 

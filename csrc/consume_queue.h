@@ -21,6 +21,8 @@ typedef struct rmq_consume_queue {
     int32_t queue_id;
     int64_t min_logic_offset;  /* atomic: bytes; units below it are expired */
     int64_t max_phy_end;       /* phys offset + size of the last unit put */
+    int32_t damaged;           /* rmq_cq_recover cut it short of units that were
+                                  not past the CommitLog's end (damage) */
 } rmq_consume_queue_t;
 
 /* Decode the unit at p (20 bytes). Pure. */
@@ -55,8 +57,15 @@ int rmq_cq_read_filtered(rmq_consume_queue_t *cq, int64_t qoff, int64_t max_scan
                          int max_out, int *n_out, int64_t *scanned);
 
 /* Recovery: drop trailing units that are empty, malformed, not increasing,
- * or point at or past phy_end (the CommitLog's end). Owner thread. */
+ * or point at or past phy_end (the CommitLog's end), and every unit from the
+ * point where a file was found cut short. Sets cq->damaged when units were
+ * dropped for any reason other than pointing past phy_end (they were lost
+ * to damage: the caller rebuilds them from the CommitLog). Owner thread. */
 int rmq_cq_recover(rmq_consume_queue_t *cq, int64_t phy_end);
+
+/* Recovery: drop the units from queue offset qoff on (their records are
+ * dispatched again), keeping max_phy_end right. Owner thread. */
+int rmq_cq_truncate(rmq_consume_queue_t *cq, int64_t qoff);
 
 /* Set min_logic_offset to the first unit whose phys offset >= clog_min, and
  * delete whole segments below it. Returns segments deleted. Any thread. */

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,6 +394,79 @@ static void free_service(rmq_index_service_t *s) {
     free(s->files);
     free(s->dir);
     free(s);
+}
+
+/* 1 when the IndexFile at path has the size and a header an IndexFile made
+ * with these parameters can have. */
+static int index_file_sane(const char *path, int32_t hash_slot_num, int32_t index_num) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    uint8_t h[RMQ_INDEX_HEADER_SIZE];
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+             (int64_t)st.st_size == index_file_size(hash_slot_num, index_num) &&
+             pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h);
+    close(fd);
+    if (!ok) return 0;
+    int32_t count = rmq_get_be32(h + HDR_INDEX_COUNT);
+    int32_t slots = rmq_get_be32(h + HDR_SLOT_COUNT);
+    if (count < 0 || count > index_num || slots < 0 || slots > hash_slot_num) return 0;
+    if (count <= 1) return 1; /* no entry yet: the rest of the header is unused */
+    /* (times are not checked: a wall clock may step back between puts) */
+    int64_t begin_phy = rmq_get_be64(h + HDR_BEGIN_PHY), end_phy = rmq_get_be64(h + HDR_END_PHY);
+    return begin_phy >= 0 && end_phy >= begin_phy;
+}
+
+int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32_t index_num,
+                                   int *dropped) {
+    *dropped = 0;
+    if (!dir || hash_slot_num <= 0 || index_num <= 1) return RMQ_EBAD_ARG;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? RMQ_OK : -errno;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = RMQ_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!is_index_name(de->d_name)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nn = realloc(names, cap * sizeof(*nn));
+            if (!nn) {
+                rc = -ENOMEM;
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = strdup(de->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc == RMQ_OK && n > 1) qsort(names, n, sizeof(*names), cmp_names);
+    int damaged = 0;
+    for (size_t i = 0; i < n && rc == RMQ_OK; i++) {
+        char *path = join_path(dir, names[i]);
+        if (!path) {
+            rc = -ENOMEM;
+            break;
+        }
+        struct stat st;
+        int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        /* empty: created but never sized (open removes it, no entries lost) */
+        if (regular && st.st_size > 0 && !damaged && !index_file_sane(path, hash_slot_num, index_num))
+            damaged = 1;
+        if (regular && damaged) {
+            if (unlink(path) != 0) rc = -errno;
+            else (*dropped)++;
+        }
+        free(path);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
 }
 
 int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index_num,

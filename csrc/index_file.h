@@ -68,6 +68,14 @@ typedef struct rmq_index_service {
 int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index_num,
                            rmq_index_service_t **out);
 
+/* Recovery, before rmq_index_service_open: find the oldest IndexFile in dir
+ * that is damaged (wrong size, or a header that cannot be: entry count out
+ * of range, offsets decreasing) and delete it and every newer one,
+ * so that the store indexes their records again from the CommitLog. *dropped
+ * receives the number deleted. A missing dir is not an error. Blocking. */
+int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32_t index_num,
+                                   int *dropped);
+
 /* Index topic#key -> phy_offset; opens a new file when the last is full
  * (named by the current wall-clock time, bumped by 1 ms on a name clash). */
 int rmq_index_service_put(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,

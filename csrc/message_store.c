@@ -64,6 +64,147 @@ static int entry_cq(rmq_store_t *s, rmq_tq_entry_t *e, rmq_consume_queue_t **out
     return RMQ_OK;
 }
 
+/* ---- recovery checks and repairs ----------------------------------------- */
+
+static int snapshot_entries(rmq_store_t *s, rmq_tq_entry_t ***out, int64_t *total);
+
+/* A record at off that passes every check recovery makes: structure,
+ * position, topic, queue id and body CRC. *v points into the mapping, which
+ * nothing unmaps during recovery. */
+static int record_ok_at(rmq_store_t *s, int64_t off, rmq_record_view_t *v) {
+    rmq_mapped_file_t *f;
+    const uint8_t *p;
+    int64_t avail;
+    if (rmq_commit_log_read_pinned(&s->cl, off, &f, &p, &avail) != RMQ_OK) return 0;
+    int ok = rmq_record_decode(p, avail, v) == RMQ_OK && v->phys_offset == off &&
+             rmq_validate_topic(v->topic, v->topic_len) == RMQ_OK && v->queue_id >= 0 &&
+             v->queue_id < s->cfg.max_queue_nums && v->queue_offset >= 0 && rmq_record_crc_ok(v);
+    rmq_mapped_file_unpin(f);
+    return ok;
+}
+
+/* An end-of-file blank record at off that runs exactly to its segment's end. */
+static int blank_at(rmq_store_t *s, int64_t off) {
+    rmq_mapped_file_t *f;
+    const uint8_t *p;
+    int64_t avail;
+    if (rmq_commit_log_read_pinned(&s->cl, off, &f, &p, &avail) != RMQ_OK) return 0;
+    int blank = avail >= 8 && rmq_get_be32(p + 4) == RMQ_BLANK_MAGIC_CODE &&
+                rmq_get_be32(p) == avail && off - f->from_offset + avail == f->file_size;
+    rmq_mapped_file_unpin(f);
+    return blank;
+}
+
+/* The smallest record position a ConsumeQueue unit names in (after, limit). */
+static int64_t next_unit_position(rmq_store_t *s, int64_t after, int64_t limit) {
+    rmq_tq_entry_t **snap;
+    int64_t total;
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -1;
+    int64_t best = -1;
+    for (int64_t i = 0; i < total; i++) {
+        rmq_consume_queue_t *cq = snap[i]->cq;
+        if (!cq) continue;
+        /* units increase: the first one past `after` (damaged units aside;
+         * the never-written zero units that end a file count as past it) */
+        int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            rmq_cq_unit_t u;
+            if (rmq_cq_get(cq, mid, &u) == RMQ_OK && u.phys_offset <= after &&
+                !(u.size == 0 && u.phys_offset == 0))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        rmq_cq_unit_t u;
+        if (rmq_cq_get(cq, lo, &u) == RMQ_OK && u.size > 0 && u.phys_offset > after &&
+            u.phys_offset < limit && (best < 0 || u.phys_offset < best))
+            best = u.phys_offset;
+    }
+    free(snap);
+    return best;
+}
+
+/* Where intact records resume after a damaged one at off, within its
+ * segment (seg_end when they resume in the next one), or -1 when nothing
+ * intact follows (a torn tail). Tried in turn: the damaged record's own
+ * length when its framing holds; the next record a ConsumeQueue knows of;
+ * the next segment. */
+static int64_t find_resume(rmq_store_t *s, int64_t off, int64_t seg_end) {
+    rmq_record_view_t v;
+    rmq_mapped_file_t *f;
+    const uint8_t *p;
+    int64_t avail;
+    int next_segment_ok = record_ok_at(s, seg_end, &v);
+    if (rmq_commit_log_read_pinned(&s->cl, off, &f, &p, &avail) == RMQ_OK) {
+        int64_t cand = -1;
+        if (rmq_record_decode(p, avail, &v) == RMQ_OK && v.phys_offset == off)
+            cand = off + v.total_size;
+        rmq_mapped_file_unpin(f);
+        if (cand > off && cand < seg_end &&
+            (record_ok_at(s, cand, &v) || (blank_at(s, cand) && next_segment_ok)))
+            return cand;
+        if (cand == seg_end && next_segment_ok) return cand;
+    }
+    int64_t after = off;
+    for (int tries = 0; tries < 64; tries++) {
+        int64_t cand = next_unit_position(s, after, seg_end);
+        if (cand < 0) break;
+        if (cand - off > RMQ_RECORD_FIXED_IPV4 && record_ok_at(s, cand, &v)) return cand;
+        after = cand;
+    }
+    return next_segment_ok ? seg_end : -1;
+}
+
+/* Overwrite [from, to) with the damaged-range filler, make it durable, and
+ * count it. */
+static int quarantine(rmq_store_t *s, int64_t from, int64_t to) {
+    int rc = rmq_commit_log_fill_damaged(&s->cl, from, to);
+    rmq_mapped_file_t *f;
+    if (rc == RMQ_OK && rmq_mfq_find_pinned(s->cl.mfq, from, &f) == RMQ_OK) {
+        if (fdatasync(f->fd) != 0) rc = -errno;
+        rmq_mapped_file_unpin(f);
+    }
+    if (rc == RMQ_OK && s->rep) {
+        s->rep->damaged_ranges++;
+        s->rep->bytes_damaged += to - from;
+    }
+    return rc;
+}
+
+/* Recovery's scan of the CommitLog from offset (a record boundary) to the end
+ * of written data, checking every record as record_ok_at does. A record that
+ * fails below s->durable_end, with intact records after it, is damage at
+ * rest: the damaged range is overwritten with the filler and the scan goes
+ * on. Anywhere else the log ends there (a torn write). Stops at limit. */
+static int scan_repairing(rmq_store_t *s, int64_t offset, int64_t limit, int64_t *end,
+                          int64_t *count, int64_t *last_store_ts) {
+    int64_t n = 0;
+    int64_t max = rmq_mfq_max_offset(s->cl.mfq);
+    if (limit < max) max = limit;
+    while (offset < max) {
+        int64_t seg_end = rmq_commit_log_roll_next(&s->cl, offset);
+        if (blank_at(s, offset)) {
+            offset = seg_end;
+            continue;
+        }
+        rmq_record_view_t v;
+        if (record_ok_at(s, offset, &v)) {
+            n++;
+            if (last_store_ts) *last_store_ts = v.store_timestamp;
+            offset += v.total_size;
+            continue;
+        }
+        if (offset >= s->durable_end) break;
+        int64_t resume = find_resume(s, offset, seg_end);
+        if (resume < 0 || quarantine(s, offset, resume) != RMQ_OK) break;
+        offset = resume;
+    }
+    *end = offset;
+    if (count) *count = n;
+    return RMQ_OK;
+}
+
 /* Recovery's check that a re-dispatched record agrees with its queue: its
  * queue offset is the queue's next one, or an existing unit that points at
  * this very record. A flipped byte in QUEUEID/QUEUEOFFSET/TOPIC of an
@@ -74,17 +215,63 @@ static int record_fits_queue(rmq_store_t *s, const rmq_record_view_t *v) {
     if (!cq || rmq_mfq_last(cq->mfq) == NULL) return v->queue_offset == 0;
     int64_t max = rmq_cq_max_offset(cq);
     if (v->queue_offset > max) return 0;
-    if (v->queue_offset == max) return 1;
+    /* units are put in CommitLog order: the next one is after the last */
+    if (v->queue_offset == max) return v->phys_offset >= cq->max_phy_end;
     rmq_cq_unit_t u;
     if (rmq_cq_get(cq, v->queue_offset, &u) != RMQ_OK) return 1; /* expired head */
     return u.phys_offset == v->phys_offset && u.size == v->total_size;
+}
+
+enum { FIT_OK, FIT_RECORD_DAMAGED, FIT_QUEUE_DAMAGED };
+
+/* For a durable record that does not fit its queue: which of the two is
+ * wrong. The record, when the unit at its queue offset names another intact
+ * record with the same topic, queue and offset, when it would be appended
+ * before the queue's last unit (units follow the log), or when its offset
+ * leaves a gap larger than damage explains (units lost with the records
+ * quarantined in this recovery, at most one ConsumeQueue file); else the
+ * queue. */
+static int judge_misfit(rmq_store_t *s, const rmq_record_view_t *v) {
+    rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 0);
+    rmq_consume_queue_t *cq = e ? e->cq : NULL;
+    int64_t max = cq && rmq_mfq_last(cq->mfq) ? rmq_cq_max_offset(cq) : 0;
+    if (v->queue_offset >= max) {
+        if (cq && v->phys_offset < cq->max_phy_end) return FIT_RECORD_DAMAGED; /* not an append */
+        int64_t gap = v->queue_offset - max;
+        int64_t lost = s->rep ? s->rep->bytes_damaged / RMQ_RECORD_FIXED_IPV4 : 0;
+        int64_t allowed = (cq && cq->damaged) ? s->cfg.cq_units_per_file : lost;
+        if (allowed > s->cfg.cq_units_per_file) allowed = s->cfg.cq_units_per_file;
+        return gap <= allowed ? FIT_QUEUE_DAMAGED : FIT_RECORD_DAMAGED;
+    }
+    rmq_cq_unit_t u;
+    rmq_record_view_t w;
+    if (rmq_cq_get(cq, v->queue_offset, &u) == RMQ_OK && u.phys_offset != v->phys_offset &&
+        record_ok_at(s, u.phys_offset, &w) && w.total_size == u.size &&
+        w.queue_id == v->queue_id && w.queue_offset == v->queue_offset &&
+        w.topic_len == v->topic_len && memcmp(w.topic, v->topic, (size_t)v->topic_len) == 0)
+        return FIT_RECORD_DAMAGED;
+    return FIT_QUEUE_DAMAGED;
 }
 
 /* Dispatch one record (CommitLogDispatcherBuildConsumeQueue + BuildIndex). */
 static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t index_from,
                            int validate, int with_index) {
     if (rmq_sysflag_in_consume_queue(v->sysflag)) {
-        if (validate && !record_fits_queue(s, v)) return RMQ_ECORRUPT;
+        if (validate && !record_fits_queue(s, v)) {
+            /* In the unflushed tail the log ends before it (a torn write);
+             * in the durable part, one of the two was damaged at rest. */
+            if (v->phys_offset >= s->durable_end) return RMQ_ECORRUPT;
+            if (judge_misfit(s, v) == FIT_RECORD_DAMAGED)
+                return quarantine(s, v->phys_offset, v->phys_offset + v->total_size);
+            rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 0);
+            if (e && e->cq && v->queue_offset < rmq_cq_max_offset(e->cq)) {
+                /* units from here on are wrong: rebuild them from the log */
+                int rc = rmq_cq_truncate(e->cq, v->queue_offset);
+                if (rc != RMQ_OK) return rc;
+                if (!e->cq->damaged && s->rep) s->rep->consume_queues_repaired++;
+                e->cq->damaged = 1;
+            }
+        }
         rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 1);
         if (!e) return -ENOMEM;
         rmq_consume_queue_t *cq;
@@ -282,6 +469,32 @@ int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t t
     return lo;
 }
 
+/* Whether the record a unit names has the header the unit promises: a
+ * record of this queue at this offset, of this size, in a ConsumeQueue. It
+ * catches units damaged at rest where recovery did not look (before the
+ * segment its scan starts in), and units of records that were replaced by
+ * the damaged-range filler. Reads 40 bytes that the pull sends next anyway;
+ * *pin caches the pinned segment across calls (the caller unpins it). */
+static int unit_names_record(rmq_store_t *s, const rmq_cq_unit_t *u, int64_t qoff, int32_t qid,
+                             rmq_mapped_file_t **pin) {
+    rmq_mapped_file_t *f = *pin;
+    if (!f || u->phys_offset < f->from_offset || u->phys_offset >= f->from_offset + f->file_size) {
+        if (f) rmq_mapped_file_unpin(f);
+        *pin = NULL;
+        if (rmq_mfq_find_pinned(s->cl.mfq, u->phys_offset, &f) != RMQ_OK) return 0;
+        *pin = f;
+    }
+    int64_t rel = u->phys_offset - f->from_offset;
+    if (u->size < RMQ_RECORD_FIXED_IPV4 || rel + u->size > rmq_mapped_file_wrote(f)) return 0;
+    const uint8_t *p = f->base + rel;
+    int32_t magic = rmq_get_be32(p + 4);
+    return rmq_get_be32(p) == u->size &&
+           (magic == RMQ_MESSAGE_MAGIC_CODE || magic == RMQ_MESSAGE_MAGIC_CODE_V2) &&
+           rmq_get_be32(p + 12) == qid && rmq_get_be64(p + 20) == qoff &&
+           rmq_get_be64(p + 28) == u->phys_offset &&
+           rmq_sysflag_in_consume_queue(rmq_get_be32(p + 36));
+}
+
 int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid, int64_t offset,
                   int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
                   rmq_cq_unit_t *out, rmq_get_result_t *res) {
@@ -336,6 +549,7 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
     int64_t qoffs[64];
     int64_t next = offset;
     int stop = 0;
+    rmq_mapped_file_t *pin = NULL;
     while (!stop && next - offset < max_scan) {
         int n;
         int64_t scanned;
@@ -368,6 +582,7 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
                 next_phy_file = rmq_commit_log_roll_next(&s->cl, u->phys_offset);
                 continue;
             }
+            if (!unit_names_record(s, u, qoffs[i], qid, &pin)) continue;
             out[kept++] = *u;
             bytes += u->size;
             res->status = RMQ_GET_FOUND;
@@ -376,6 +591,7 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
         if (!stop) next += scanned;
         if (kept >= max_msgs && !stop) break;
     }
+    if (pin) rmq_mapped_file_unpin(pin);
     (void)scanned_total;
     res->count = kept;
     res->total_bytes = bytes;
@@ -648,9 +864,46 @@ static int load_consume_queues(rmq_store_t *s, int *count) {
     return rc;
 }
 
+/* Check the units of one queue that name records at or after verify_from
+ * (the part of the log recovery just verified) against the record headers
+ * there; cut the queue at the first that disagrees (its records are then
+ * dispatched again; units of records quarantined as damaged come back as
+ * empty units, which reads skip). */
+static int verify_units(rmq_store_t *s, rmq_tq_entry_t *e, int64_t verify_from) {
+    rmq_consume_queue_t *cq = e->cq;
+    int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
+    int64_t a = lo, b = hi;
+    while (a < b) { /* the first unit naming a record at or after verify_from */
+        int64_t mid = a + (b - a) / 2;
+        rmq_cq_unit_t u;
+        if (rmq_cq_get(cq, mid, &u) == RMQ_OK && u.size > 0 && u.phys_offset < verify_from)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (int64_t k = a; k < hi; k++) {
+        rmq_cq_unit_t u;
+        if (rmq_cq_get(cq, k, &u) != RMQ_OK) break;
+        if (u.size == 0 && u.phys_offset == 0) continue; /* a gap left by damage */
+        rmq_record_view_t v;
+        int ok = u.size > 0 && u.phys_offset >= 0 && record_ok_at(s, u.phys_offset, &v) &&
+                 v.total_size == u.size && v.queue_id == e->queue_id && v.queue_offset == k &&
+                 rmq_sysflag_in_consume_queue(v.sysflag) && v.topic_len == e->topic_len &&
+                 memcmp(v.topic, e->topic, (size_t)e->topic_len) == 0;
+        if (!ok) {
+            cq->damaged = 1;
+            return rmq_cq_truncate(cq, k);
+        }
+    }
+    return RMQ_OK;
+}
+
 /* ConsumeQueues after the CommitLog was cut at end: drop units past it, fix
- * min offsets, and reset every queue's next offset from its ConsumeQueue. */
-static int trim_logics(rmq_store_t *s, int64_t end) {
+ * min offsets, check the units naming records at or after verify_from, and
+ * reset every queue's next offset from its ConsumeQueue. *rewind is lowered
+ * to where dispatch must start again so that every queue cut short by damage
+ * gets back the units of the records that are still there. */
+static int trim_logics(rmq_store_t *s, int64_t end, int64_t verify_from, int64_t *rewind) {
     rmq_tq_entry_t **snap;
     int64_t total;
     if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
@@ -661,10 +914,34 @@ static int trim_logics(rmq_store_t *s, int64_t end) {
         if (!cq) continue;
         rc = rmq_cq_recover(cq, end);
         if (rc == RMQ_OK && clog_min > 0) rmq_cq_delete_expired(cq, clog_min);
+        if (rc == RMQ_OK) rc = verify_units(s, snap[i], verify_from);
+        if (rc == RMQ_OK && cq->damaged) {
+            /* its records resume after the last unit kept */
+            int64_t at = clog_min;
+            int64_t max = rmq_cq_max_offset(cq);
+            rmq_cq_unit_t u;
+            if (max > rmq_cq_min_offset(cq) && rmq_cq_get(cq, max - 1, &u) == RMQ_OK &&
+                u.size > 0 && u.phys_offset + u.size > at)
+                at = u.phys_offset + u.size;
+            if (at < *rewind) *rewind = at;
+            if (s->rep) s->rep->consume_queues_repaired++;
+        }
         snap[i]->next_queue_offset = rmq_cq_max_offset(cq);
     }
     free(snap);
     return rc;
+}
+
+/* Each queue's next offset from its ConsumeQueue, after recovery's dispatch
+ * (which may have cut and rebuilt queues). */
+static int sync_next_offsets(rmq_store_t *s) {
+    rmq_tq_entry_t **snap;
+    int64_t total;
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
+    for (int64_t i = 0; i < total; i++)
+        if (snap[i]->cq) snap[i]->next_queue_offset = rmq_cq_max_offset(snap[i]->cq);
+    free(snap);
+    return RMQ_OK;
 }
 
 static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
@@ -685,6 +962,12 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     free(ckpath);
     free(abpath);
     if (rc != RMQ_OK) return rc;
+    s->rep = rep;
+    /* Below the checkpoint's confirmed offset the log was flushed before
+     * the stop: a record there that fails a check was damaged at rest. */
+    s->durable_end = rep->checkpoint_valid ? cp.confirm_phy_offset : 0;
+    for (int i = 0; i < q->count; i++)
+        if (q->files[i]->found_size < q->file_size) rep->commit_log_short_files++;
 
     int64_t clog_min = rmq_mfq_min_offset(q);
     int64_t clog_max = rmq_mfq_max_offset(q);
@@ -697,13 +980,13 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     if (start < clog_min) start = clog_min;
     rep->scan_from = start;
     int64_t end, count, last_ts = 0;
-    rc = rmq_commit_log_scan(&s->cl, start, 1, &end, &count, &last_ts);
+    rc = scan_repairing(s, start, INT64_MAX, &end, &count, &last_ts);
     if (rc != RMQ_OK) return rc;
     if (rep->checkpoint_valid && end < cp.confirm_phy_offset && start > clog_min) {
         /* Data below the checkpoint is damaged: rescan everything. */
         start = clog_min;
         rep->scan_from = start;
-        rc = rmq_commit_log_scan(&s->cl, start, 1, &end, &count, &last_ts);
+        rc = scan_repairing(s, start, INT64_MAX, &end, &count, &last_ts);
         if (rc != RMQ_OK) return rc;
     }
     rep->records_scanned = count;
@@ -725,7 +1008,8 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     }
     rc = rmq_mfq_truncate_dirty(q, end);
     if (rc != RMQ_OK) return rc;
-    /* Make the recovered tail durable before trusting it further. */
+    /* Make the recovered tail (and any repair in it) durable before trusting
+     * it further. */
     for (int i = 0; i < q->count; i++) {
         rmq_mapped_file_t *f = q->files[i];
         if (f->from_offset + f->file_size <= start) continue;
@@ -735,10 +1019,13 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
     rmq_mfq_set_flushed_where(q, end);
 
     int64_t from = rep->checkpoint_valid ? cp.dispatched_offset : rmq_mfq_min_offset(q);
+    int64_t verified_from = start; /* records from here on passed scan_repairing */
     int64_t n = 0;
     for (int pass = 0; pass < 2; pass++) {
-        rc = trim_logics(s, end);
+        int64_t rewind = INT64_MAX;
+        rc = trim_logics(s, end, verified_from, &rewind);
         if (rc != RMQ_OK) return rc;
+        if (rewind < from) from = rewind;
         int64_t index_from = 0;
         if (from > end) from = end;
         if (from < rmq_mfq_min_offset(q)) from = rmq_mfq_min_offset(q);
@@ -763,6 +1050,19 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
             }
             if (index_next < from && index_next >= rmq_mfq_min_offset(q)) from = index_next;
         }
+        if (from < verified_from) {
+            /* Dispatch will read records recovery has not checked yet: check
+             * (and repair) them first, so damage there is not taken for the
+             * end of the log. They are all below the scan's start: durable. */
+            int64_t upto, more;
+            rc = scan_repairing(s, from, verified_from, &upto, &more, NULL);
+            if (rc != RMQ_OK) return rc;
+            if (upto < verified_from) { /* nothing intact after: cannot happen below a scan */
+                from = verified_from;
+            } else {
+                verified_from = from;
+            }
+        }
         rep->dispatch_from = from;
         __atomic_store_n(&s->dispatched, from, __ATOMIC_RELEASE);
         __atomic_store_n(&s->index_dispatched, from, __ATOMIC_RELEASE);
@@ -778,7 +1078,11 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
         if (rc != RMQ_OK) return rc;
     }
     if (rc != RMQ_OK) return rc;
+    rc = sync_next_offsets(s);
+    if (rc != RMQ_OK) return rc;
     s->last_dispatched_ts = last_ts;
+    s->durable_end = 0;
+    s->rep = NULL;
     return RMQ_OK;
 }
 
@@ -834,8 +1138,13 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
     }
     if (rc == RMQ_OK && cfg->index_enable) {
         char *idir = join(s->root, "index");
-        rc = idir ? rmq_index_service_open(idir, cfg->index_hash_slot_num, cfg->index_num, &s->index)
+        int dropped = 0;
+        rc = idir ? rmq_index_service_drop_damaged(idir, cfg->index_hash_slot_num, cfg->index_num,
+                                                   &dropped)
                   : -ENOMEM;
+        rep->index_files_dropped = dropped;
+        if (rc == RMQ_OK)
+            rc = rmq_index_service_open(idir, cfg->index_hash_slot_num, cfg->index_num, &s->index);
         free(idir);
     }
     if (rc == RMQ_OK) rc = recover(s, rep);

@@ -44,6 +44,14 @@ typedef struct rmq_recovery_report {
     int64_t dispatch_from;
     int64_t records_dispatched;
     int32_t consume_queues;
+    /* Repairs (zero on a healthy store): */
+    int32_t commit_log_short_files;  /* CommitLog segments found cut short */
+    int64_t damaged_ranges;          /* durable ranges that failed their checks and were
+                                        overwritten with the damaged-range filler */
+    int64_t bytes_damaged;           /* their bytes */
+    int32_t consume_queues_repaired; /* cut short or with units that disagreed with the
+                                        CommitLog: cut there and rebuilt from it */
+    int32_t index_files_dropped;     /* damaged IndexFiles deleted (rebuilt from the log) */
 } rmq_recovery_report_t;
 
 /* RocketMQ's GetMessageStatus. */
@@ -85,6 +93,11 @@ typedef struct rmq_store {
     int lock_fd;
     rmq_consume_queue_t **graveyard; /* CQs of deleted topics, freed at close */
     int graveyard_count;
+    /* During recovery only: the CommitLog below durable_end was flushed
+     * before the crash (the checkpoint says so), so a record there that fails
+     * a check is damage at rest, not a torn write; repairs count into *rep. */
+    int64_t durable_end;
+    rmq_recovery_report_t *rep;
 } rmq_store_t;
 
 /* Open (creating if needed) and recover the store in cfg->root. On success

@@ -69,7 +69,20 @@
  * segment (it needs its size + RMQ_END_FILE_MIN_BLANK_LENGTH bytes), the rest
  * of the segment gets TOTALSIZE = bytes left, MAGICCODE = RMQ_BLANK_MAGIC_CODE
  * and the record goes to the next segment. Readers skip to the next segment.
+ *
+ * Damaged-range filler (pyrmq recovery): bytes of the durable part of the log
+ * that fail their checks, with intact records after them, are overwritten so
+ * that every reader passes over them and none serves them: up to the segment
+ * end, with an end-of-file blank record; inside a segment, with one record of
+ * exactly the damaged length whose SYSFLAG is a rolled-back transaction (so no
+ * ConsumeQueue unit or index key is ever made for it, here or in RocketMQ),
+ * TOPIC a prefix of RMQ_DAMAGED_TOPIC (as much as fits; a damaged range is at
+ * least one record, so at least 1 character), QUEUEID and QUEUEOFFSET 0, zero
+ * hosts and born time, and a zero body with its CRC. ConsumeQueue units that
+ * pointed into the range no longer match a record header there; pulls skip
+ * them.
  */
+#define RMQ_DAMAGED_TOPIC "%DAMAGED%"
 #define RMQ_MESSAGE_MAGIC_CODE ((int32_t)0xDAA320A7)    /* -626843481 */
 #define RMQ_MESSAGE_MAGIC_CODE_V2 ((int32_t)0xDAA320AB) /* -626843477, 5.x */
 #define RMQ_BLANK_MAGIC_CODE ((int32_t)0xCBD43194)      /* -875286124 */

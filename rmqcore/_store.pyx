@@ -197,6 +197,10 @@ cdef class MessageStoreCore:
             "records_scanned": rep.records_scanned, "bytes_trimmed": rep.bytes_trimmed,
             "dispatch_from": rep.dispatch_from, "records_dispatched": rep.records_dispatched,
             "consume_queues": rep.consume_queues,
+            "commit_log_short_files": rep.commit_log_short_files,
+            "damaged_ranges": rep.damaged_ranges, "bytes_damaged": rep.bytes_damaged,
+            "consume_queues_repaired": rep.consume_queues_repaired,
+            "index_files_dropped": rep.index_files_dropped,
         }
 
     def __dealloc__(self):

@@ -16,6 +16,8 @@ import rmqcore
 from pyrmq.common.errors import StoreError
 
 _UNIT = rmqcore.CQ_STORE_UNIT_SIZE
+_TRANSACTION_MASK = rmqcore.SYSFLAG_TRANSACTION_ROLLBACK  # both transaction bits
+_NOT_QUEUED = (rmqcore.SYSFLAG_TRANSACTION_PREPARED, rmqcore.SYSFLAG_TRANSACTION_ROLLBACK)
 
 
 @dataclasses.dataclass
@@ -76,11 +78,15 @@ def check_store(root: str) -> CheckReport:
                             f"record at {phys} says it is at {rec['commit_log_offset']}"
                         )
                         break
+                    rep.records += 1
+                    rep.commit_log_end = phys + rec["store_size"]
+                    if rec["sys_flag"] & _TRANSACTION_MASK in _NOT_QUEUED:
+                        # a prepared or rolled-back transaction message (or
+                        # recovery's damaged-range filler): in no queue
+                        continue
                     key = (rec["topic"], rec["queue_id"])
                     records[phys] = (*key, rec["queue_offset"], rec["store_size"])
                     per_queue[key] += 1
-                    rep.records += 1
-                    rep.commit_log_end = phys + rec["store_size"]
             except StoreError as e:
                 rep.problems.append(f"segment {start:020d}: {e}")
     cq_root = os.path.join(root, "consumequeue")
@@ -98,11 +104,15 @@ def check_store(root: str) -> CheckReport:
                         want = records.get(phys)
                         if want is None:
                             if segs and phys >= segs[0][0]:
-                                rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at "
-                                                    f"{phys}, where no record starts")
+                                rep.problems.append(
+                                    f"{topic}/{qid_name} unit {qoff} points at "
+                                    f"{phys}, where no record starts"
+                                )
                         elif want != (topic, qid, qoff, size):
-                            rep.problems.append(f"{topic}/{qid_name} unit {qoff} points at a "
-                                                f"record of {want[0]}/{want[1]} offset {want[2]}")
+                            rep.problems.append(
+                                f"{topic}/{qid_name} unit {qoff} points at a "
+                                f"record of {want[0]}/{want[1]} offset {want[2]}"
+                            )
             rep.queues[f"{topic}/{qid_name}"] = units
     for (topic, qid), n in per_queue.items():
         if rep.queues.get(f"{topic}/{qid}", 0) < n:

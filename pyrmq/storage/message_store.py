@@ -52,6 +52,41 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
+def recovery_repairs(rec: dict[str, Any]) -> list[str]:
+    """What recovery repaired, one sentence each (none on a healthy store),
+    from MessageStoreCore.recovery."""
+    out = []
+    if not rec["checkpoint_valid"] and rec["commit_log_end"] > 0:
+        out.append(f"checkpoint missing or damaged: scanned the CommitLog from {rec['scan_from']}")
+    if rec["commit_log_short_files"]:
+        out.append(
+            f"{rec['commit_log_short_files']} CommitLog segment(s) found cut short: "
+            "what followed the cut is gone"
+        )
+    if rec["damaged_ranges"]:
+        out.append(
+            f"{rec['damaged_ranges']} damaged CommitLog range(s), {rec['bytes_damaged']} bytes, "
+            "failed their checks (CRC, structure): overwritten so that they are never served; "
+            "the records around them are kept"
+        )
+    if rec["bytes_trimmed"]:
+        out.append(
+            f"CommitLog trimmed after its last intact record: {rec['bytes_trimmed']} bytes "
+            "(a torn write, or damage with nothing intact after it)"
+        )
+    if rec["consume_queues_repaired"]:
+        out.append(
+            f"{rec['consume_queues_repaired']} ConsumeQueue(s) cut short or disagreeing with "
+            "the CommitLog: rebuilt from it"
+        )
+    if rec["index_files_dropped"]:
+        out.append(
+            f"{rec['index_files_dropped']} damaged IndexFile(s) deleted: keys indexed again "
+            "from the CommitLog"
+        )
+    return out
+
+
 def encode_host(host: str, port: int) -> bytes:
     """Socket address as stored: IPv4 (4 bytes) or IPv6 (16) + int32 port."""
     ip = ipaddress.ip_address(host)
@@ -129,6 +164,8 @@ class MessageStore:
             rec["bytes_trimmed"],
             rec["records_dispatched"],
         )
+        for repair in recovery_repairs(rec):
+            log.warning("store %s recovery repaired: %s", cfg.store_path_root_dir, repair)
         if self._sync:
             self._group_commit = GroupCommitService(self._core, self._io, self._sync_timeout)
         else:

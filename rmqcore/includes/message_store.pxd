@@ -28,6 +28,11 @@ cdef extern from "message_store.h" nogil:
         int64_t dispatch_from
         int64_t records_dispatched
         int32_t consume_queues
+        int32_t commit_log_short_files
+        int64_t damaged_ranges
+        int64_t bytes_damaged
+        int32_t consume_queues_repaired
+        int32_t index_files_dropped
 
     enum:
         RMQ_GET_FOUND

@@ -15,9 +15,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
+import rmqcore
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
-from pyrmq.common.errors import BrokerError, RMQError
+from pyrmq.common.errors import BrokerError, RMQError, StoreError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.remoting import RemotingClient, RequestCode
@@ -97,6 +99,48 @@ class Admin:
                 return out
             offset = r.next_begin_offset
         raise AssertionError(f"{mq} did not end within 10,000 pulls")
+
+
+@dataclass
+class Served:
+    """A queue as a broker served it: records decoded without trusting them."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)  # with "crc_ok"
+    malformed: int = 0  # pull bodies whose records did not even decode
+
+
+async def read_served(admin: Admin, broker_addr: str, mq: MessageQueue) -> Served:
+    """Every record of one queue from offset 0, pulled raw: each decoded with
+    its CRC checked here (not by the client's decoder, which would raise), so
+    a corrupted record the broker serves is counted, not an exception."""
+    out = Served()
+    offset = 0
+    for _ in range(10_000):
+        r = await admin.api.pull_message(
+            broker_addr,
+            mq,
+            consumer_group="chaos-reader",
+            queue_offset=offset,
+            max_msg_nums=32,
+            sys_flag=PULL_FLAG_SUBSCRIPTION,
+            commit_offset=0,
+            suspend_timeout_ms=0,
+            subscription="*",
+            sub_version=0,
+            timeout=10.0,
+            raw=True,
+        )
+        if r.pull_status is PullStatus.FOUND:
+            try:
+                for _, rec in rmqcore.iter_records(r.body or b"", 0, False):
+                    rec["crc_ok"] = rmqcore.body_crc(rec["body"]) == rec["body_crc"]
+                    out.records.append(rec)
+            except StoreError:
+                out.malformed += 1
+        elif r.next_begin_offset <= offset:
+            return out
+        offset = r.next_begin_offset
+    raise AssertionError(f"{mq} did not end within 10,000 pulls")
 
 
 def persisted_offsets(store_dir: pathlib.Path, topic: str, group: str) -> dict[int, int]:
