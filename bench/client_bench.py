@@ -1,35 +1,48 @@
-"""pyrmq client throughput from one Python process, against ``pyrmq
-standalone`` in another process (loopback TCP, ASYNC_FLUSH unless --flush).
+"""pyrmq client throughput and latency from one Python process, against
+``pyrmq standalone`` in another process (loopback TCP, ASYNC_FLUSH unless
+--flush SYNC_FLUSH).
 
-Cases, for each body size:
+The cases are bench._e2e's, the same ones bench.peers runs against NATS
+JetStream, Redis Streams and RabbitMQ streams, for each body size:
 
-- ``awaited``: one ``await producer.send(msg)`` at a time (round-trip bound);
-- ``pipelined``: ``producer.send_async`` with a window of outstanding sends;
-- ``batched``: ``producer.send_batch`` of --batch messages, a window of
-  outstanding batches;
-- ``consume``: a PushConsumer (FIRST_OFFSET, batch size 32, coroutine
-  listener) reading back what the cases above stored;
-- ``poll``: a lite PullConsumer reading the same.
+- ``awaited``: one ``await producer.send(msg)`` at a time; msgs/s and the
+  round-trip p50 / p99 / p99.9;
+- ``pipelined``: ``producer.send_async`` with a window of unacknowledged sends;
+- ``batched``: ``producer.send_async`` of --batch messages (one
+  SEND_BATCH_MESSAGE each), the same window counted in messages;
+- ``oneway``: ``producer.send_oneway`` for the case's time, counted at the
+  broker (GET_MAX_OFFSET) until everything sent is stored;
+- ``consume(push)`` and ``consume(poll)``: a topic preloaded with a fixed
+  number of messages, read back by a PushConsumer (coroutine listener, 32 per
+  call) and by a lite PullConsumer's ``poll()``, each in its own group from
+  the first offset; timed from the first delivery to the last;
+- ``e2e``: produce-to-consume latency: ``send_async`` at fixed rates with the
+  send time in the body, a PushConsumer measuring arrival.
 
-Each case runs for --seconds (after a short warm-up) and reports msgs/s,
-client CPU seconds per message, and the broker's CPU share over the window.
+Each case is bounded by a message count and wall time (bench._e2e.Budget)
+and reports msgs/s, client CPU per message and the broker's CPU share.
 
-    python -m bench.client_bench [--sizes 128,1024] [--seconds 5] [--json out.json]
+    python -m bench.client_bench [--quick] [--sizes 128,1024,16384] [--seconds 5]
+                                 [--flush SYNC_FLUSH] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from bench import _e2e
 from bench import broker_load as bl
+from bench._e2e import Budget, ConsumeClock, Flow, LatencyProbe
 from pyrmq import (
     ConsumeFromWhere,
     Message,
@@ -38,181 +51,255 @@ from pyrmq import (
     PushConsumer,
 )
 
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+QUEUES = 4
 
 
-class _Window:
-    def __init__(self, srv: bl.Server) -> None:
+def _ok(result: Any) -> bool:
+    return getattr(getattr(result, "send_status", None), "name", "") == "SEND_OK"
+
+
+class PyrmqAdapter:
+    """bench._e2e.Adapter for pyrmq's asyncio Producer and consumers."""
+
+    def __init__(self, srv: bl.Server, producer: Producer) -> None:
         self.srv = srv
-        self.t0 = time.perf_counter()
-        self.c0 = _cpu()
-        self.s0 = srv.cpu_s()
+        self.p = producer
+        try:
+            v = version("pyrmq")
+        except PackageNotFoundError:
+            v = "dev"
+        self.client = f"pyrmq {v} (asyncio)"
+        self._n = 0
 
-    def result(self, case: str, size: int, n: int) -> dict[str, Any]:
-        dt = time.perf_counter() - self.t0
-        cpu = _cpu() - self.c0
-        return {
-            "case": case,
-            "body": size,
-            "messages": n,
-            "seconds": round(dt, 3),
-            "msgs_per_s": round(n / dt),
-            "client_us_per_msg": round(cpu / max(n, 1) * 1e6, 2),
-            "client_cpu_share": round(cpu / dt, 2),
-            "broker_cpu_share": round((self.srv.cpu_s() - self.s0) / dt, 2),
-        }
+    async def new_stream(self, tag: str) -> str:
+        self._n += 1
+        topic = f"Bench{tag}N{self._n}"
+        await asyncio.to_thread(bl.create_topic, self.srv.broker, topic, QUEUES)
+        await asyncio.to_thread(bl.wait_route, self.srv.namesrv, topic)
+        return topic
+
+    async def drop_stream(self, stream: str) -> None:
+        """Topics stay; the whole store is removed with the broker."""
+
+    def awaited_send(self, stream: str, body: bytes) -> Callable[[], Awaitable[Any]]:
+        send = self.p.send
+
+        async def one() -> None:
+            r = await send(Message(stream, body))
+            if not _ok(r):
+                raise RuntimeError(f"send: {r}")
+
+        return one
+
+    def pipelined_submit(
+        self, stream: str, body: bytes, batch: int
+    ) -> tuple[Callable[[Flow], Awaitable[None]], int]:
+        send_async = self.p.send_async
+
+        async def submit(flow: Flow) -> None:
+            flow.track(send_async(Message(stream, body)), 1, _ok)
+
+        return submit, 1
+
+    def batched_submit(
+        self, stream: str, body: bytes, batch: int
+    ) -> Callable[[Flow], Awaitable[None]] | None:
+        send_async = self.p.send_async
+
+        async def submit(flow: Flow) -> None:
+            flow.track(send_async([Message(stream, body) for _ in range(batch)]), batch, _ok)
+
+        return submit
+
+    def consumers(self) -> dict[str, Callable[[str, int, Budget], Awaitable[ConsumeClock]]]:
+        return {"consume(push)": self.consume_push, "consume(poll)": self.consume_poll}
+
+    async def consume_push(self, stream: str, n: int, budget: Budget) -> ConsumeClock:
+        clock = ConsumeClock()
+        done = asyncio.Event()
+
+        async def listener(msgs: list[Any], ctx: Any) -> None:
+            clock.saw(len(msgs))
+            if clock.n >= n:
+                done.set()
+
+        c = PushConsumer(
+            f"bench-push-{stream}",
+            self.srv.namesrv,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            consume_message_batch_max_size=32,
+        )
+        c.subscribe(stream)
+        c.register_message_listener(listener)
+        await c.start()
+        try:
+            async with asyncio.timeout(budget.consume_seconds):
+                await done.wait()
+        except TimeoutError:
+            pass
+        finally:
+            await c.shutdown()
+        return clock
+
+    async def consume_poll(self, stream: str, n: int, budget: Budget) -> ConsumeClock:
+        clock = ConsumeClock()
+        c = PullConsumer(
+            f"bench-poll-{stream}",
+            self.srv.namesrv,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            auto_commit=True,
+        )
+        c.subscribe(stream)
+        await c.start()
+        end = time.perf_counter() + budget.consume_seconds
+        try:
+            while clock.n < n and time.perf_counter() < end:
+                got = len(await c.poll(1.0))
+                if got:
+                    clock.saw(got)
+        finally:
+            await c.shutdown()
+        return clock
+
+    async def listen(self, stream: str, probe: LatencyProbe) -> Callable[[], Awaitable[None]]:
+        async def listener(msgs: list[Any], ctx: Any) -> None:
+            for m in msgs:
+                probe.saw(m.body)
+
+        c = PushConsumer(
+            f"bench-lat-{stream}",
+            self.srv.namesrv,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            consume_message_batch_max_size=32,
+        )
+        c.subscribe(stream)
+        c.register_message_listener(listener)
+        await c.start()
+        return c.shutdown
+
+    def fire(self, stream: str, flow: Flow) -> Callable[[bytes], Awaitable[None]]:
+        send_async = self.p.send_async
+
+        async def send(body: bytes) -> None:
+            flow.track(send_async(Message(stream, body)), 1, _ok)
+
+        return send
+
+    async def oneway(
+        self, label: str, size: int, body: bytes, budget: Budget
+    ) -> list[dict[str, Any]]:
+        """send_oneway for the case's time; the rate counts messages stored
+        at the broker, up to when the last one was."""
+        topic = await self.new_stream(f"ow{size}")
+        await self.awaited_send(topic, body)()
+        w = _e2e.CpuWindow(self.srv.cpu_s)
+        n_max = budget.produce_msgs(size)
+        send_oneway = self.p.send_oneway
+        start = time.perf_counter()
+        end = start + budget.seconds
+        sent = 0
+        while sent < n_max and time.perf_counter() < end:
+            await send_oneway(Message(topic, body))
+            sent += 1
+        stored, t_last = await asyncio.to_thread(self._wait_stored, topic, sent + 1, 30.0)
+        return [
+            w.row("oneway", size, stored - 1, t_last - start, sent=sent, lost=sent + 1 - stored)
+        ]
+
+    def _wait_stored(self, topic: str, want: int, timeout: float) -> tuple[int, float]:
+        deadline = time.perf_counter() + timeout
+        with bl.BlockingClient(self.srv.broker) as c:
+            while True:
+                stored = sum(bl.max_offsets(c, topic, QUEUES))
+                now = time.perf_counter()
+                if stored >= want or now > deadline:
+                    return stored, now
+                time.sleep(0.005)
 
 
-async def produce_cases(
-    srv: bl.Server, topic: str, size: int, seconds: float, window: int, batch: int
-) -> tuple[list[dict[str, Any]], int]:
-    body = b"x" * size
-    out = []
-    total = 0
+async def run_async(
+    srv: bl.Server,
+    budget: Budget,
+    label: str = "pyrmq",
+    log: Callable[[str], None] = lambda _m: None,
+    oneway: bool = True,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Every bench._e2e case (plus oneway) against a running standalone."""
     async with Producer("bench-producer", srv.namesrv) as p:
-        await p.send(Message(topic, body))  # route + connection warm-up
-        total += 1
+        a = PyrmqAdapter(srv, p)
 
-        # awaited
-        w = _Window(srv)
-        n = 0
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            await p.send(Message(topic, body))
-            n += 1
-        out.append(w.result("awaited", size, n))
-        total += n
+        async def extra(label: str, size: int, body: bytes) -> list[dict[str, Any]]:
+            return await a.oneway(label, size, body, budget) if oneway else []
 
-        # pipelined single sends, `window` outstanding
-        w = _Window(srv)
-        n = 0
-        end = time.perf_counter() + seconds
-        pending: set[asyncio.Future[Any]] = set()
-        while time.perf_counter() < end:
-            while len(pending) < window:
-                pending.add(p.send_async(Message(topic, body)))
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for f in done:
-                f.result()
-            n += len(done)
-        for f in asyncio.as_completed(pending):
-            await f
-            n += 1
-        out.append(w.result("pipelined", size, n))
-        total += n
-
-        # batches, a few outstanding
-        w = _Window(srv)
-        n = 0
-        end = time.perf_counter() + seconds
-        pending = set()
-        bwin = max(2, window // batch)
-        while time.perf_counter() < end:
-            while len(pending) < bwin:
-                pending.add(p.send_async([Message(topic, body) for _ in range(batch)]))
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for f in done:
-                f.result()
-            n += len(done) * batch
-        for f in asyncio.as_completed(pending):
-            await f
-            n += batch
-        out.append(w.result(f"batched({batch})", size, n))
-        total += n
-    return out, total
+        rows = await _e2e.run_cases(a, budget, srv.cpu_s, label, log, extra)
+        return a.client, rows
 
 
-async def consume_case(
-    srv: bl.Server, topic: str, size: int, expect: int, limit: float
+def run(
+    root: str,
+    budget: Budget,
+    flush: str = "ASYNC_FLUSH",
+    log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    got = 0
-    done = asyncio.Event()
-
-    async def listener(msgs: list[Any], ctx: Any) -> None:
-        nonlocal got
-        got += len(msgs)
-        if got >= expect:
-            done.set()
-
-    c = PushConsumer(
-        f"bench-push-{topic}",
-        srv.namesrv,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        consume_message_batch_max_size=32,
-    )
-    c.subscribe(topic)
-    c.register_message_listener(listener)
-    w = _Window(srv)
-    await c.start()
-    try:
-        async with asyncio.timeout(limit):
-            await done.wait()
-    except TimeoutError:
-        pass
-    res = w.result("consume(push)", size, got)
-    await c.shutdown()
-    return res
-
-
-async def poll_case(
-    srv: bl.Server, topic: str, size: int, expect: int, limit: float
-) -> dict[str, Any]:
-    got = 0
-    c = PullConsumer(
-        f"bench-poll-{topic}",
-        srv.namesrv,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        auto_commit=True,
-    )
-    c.subscribe(topic)
-    w = _Window(srv)
-    await c.start()
-    end = time.perf_counter() + limit
-    while got < expect and time.perf_counter() < end:
-        got += len(await c.poll(1.0))
-    res = w.result("consume(poll)", size, got)
-    await c.shutdown()
-    return res
-
-
-async def run(args: argparse.Namespace, srv: bl.Server) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for size in args.sizes:
-        topic = f"BenchClient{size}"
-        prod, total = await produce_cases(srv, topic, size, args.seconds, args.window, args.batch)
-        rows += prod
-        rows.append(await consume_case(srv, topic, size, total, args.seconds * 6))
-        rows.append(await poll_case(srv, topic, size, total, args.seconds * 6))
-    return rows
+    """Start a standalone broker (flush type `flush`) under root, run every
+    case, stop it: the same document shape as bench.peers.run_peer."""
+    label = "pyrmq" if flush == "ASYNC_FLUSH" else "pyrmq-sync"
+    t0 = time.perf_counter()
+    with bl.standalone(root, flush) as srv:
+        log(f"{label}: pyrmq standalone {flush}, pid {srv.pid}, broker {srv.broker}")
+        client, rows = asyncio.run(run_async(srv, budget, label, log))
+    return {
+        "system": label,
+        "server": f"pyrmq standalone ({flush})",
+        "client": client,
+        "durability": flush,
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "rows": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes", default="128,1024", type=lambda s: [int(x) for x in s.split(",")])
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--window", type=int, default=1024, help="outstanding async sends")
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--quick", action="store_true", help="short cases (bench._e2e.Budget)")
+    ap.add_argument("--sizes", type=lambda s: tuple(int(x) for x in s.split(",")))
+    ap.add_argument("--seconds", type=float, help="per produce case")
+    ap.add_argument("--window", type=int, help="unacknowledged messages")
+    ap.add_argument("--batch", type=int)
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
-    with bl.standalone(args.dir, args.flush) as srv:
-        rows = asyncio.run(run(args, srv))
+    budget = Budget.make(args.quick, args.sizes)
+    over = {k: getattr(args, k) for k in ("seconds", "window", "batch") if getattr(args, k)}
+    budget = dataclasses.replace(budget, **over)
+    doc = run(args.dir, budget, args.flush, lambda m: print(m, file=sys.stderr, flush=True))
     print(f"pyrmq client, one process, {args.flush}, {os.cpu_count()} CPUs")
-    head = ("case", "body", "msgs/s", "client µs/msg", "client CPU", "broker CPU")
-    print("".join(f"{h:<16}" if i == 0 else f"{h:>12}" for i, h in enumerate(head)))
-    for r in rows:
-        print(
-            f"{r['case']:<16}{r['body']:>12}{r['msgs_per_s']:>12,}{r['client_us_per_msg']:>12}"
-            f"{r['client_cpu_share']:>12}{r['broker_cpu_share']:>12}"
-        )
+    print(render_rows(doc["rows"]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"flush": args.flush, "rows": rows}, f, indent=1)
+            json.dump({"budget": dataclasses.asdict(budget), **doc}, f, indent=1)
     return 0
+
+
+def render_rows(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of bench._e2e rows."""
+    out = [
+        "| case | body | msgs/s | p50 / p99 / p99.9 ms | client µs/msg | client CPU | server CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lat = ""
+        if "p50_ms" in r:
+            lat = f"{r['p50_ms']:.3f} / {r['p99_ms']:.3f} / {r['p999_ms']:.3f}"
+        if r["case"] == "e2e":
+            out.append(f"| e2e at {r['rate']:,.0f}/s | {r['body']} | | {lat} | | | |")
+            continue
+        out.append(
+            f"| {r['case']} | {r['body']} | {r['msgs_per_s']:,.0f} | {lat} "
+            f"| {r['client_us_per_msg']} | {r['client_cpu_share']} "
+            f"| {r['server_cpu_share']} |"
+        )
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,584 @@
+"""Client-side workload drivers shared by bench.client_bench (pyrmq's own
+client) and bench.peers (NATS JetStream, Redis Streams, RabbitMQ streams), so
+that every system runs the same cases with the same counts, sizes and bounds.
+
+Each system supplies small callables (send one and await the ack, submit one
+unit of work whose ack arrives later, consume N); the drivers here own the
+loops, the windows, the clocks and the result rows:
+
+- ``awaited``: one acknowledged send at a time; msgs/s and the round-trip
+  percentiles (the "one-at-a-time acknowledged send latency").
+- ``windowed``: at most ``window`` messages sent and not yet acknowledged;
+  ``per`` messages per submit (1 for pipelined single sends, the batch size
+  for batches). Acks are counted through a ``Flow``.
+- ``fixed_rate``: stamped messages (``perf_counter_ns`` in the first 8
+  bytes) on a fixed schedule, while the system's consumer reports each
+  message it receives to a ``LatencyProbe``: produce-to-consume latency.
+
+Every loop is bounded by a message count and by wall time. ``CpuWindow``
+turns a measured window into a row: msgs/s, MB/s of bodies, this process's
+CPU per message and the server's CPU share (the server's whole process
+group, read from /proc).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+MIB = 1 << 20
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- budget -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Counts, sizes and time bounds of one run; shared by every system."""
+
+    sizes: tuple[int, ...]
+    #: wall-time bound of one produce case (pipelined, batched, oneway)
+    seconds: float
+    #: wall-time bound of the one-at-a-time case
+    awaited_seconds: float
+    #: message bound of one produce case, and a bound on its body bytes
+    max_msgs: int
+    case_bytes: int
+    #: messages sent and not yet acknowledged (pipelined and batched cases)
+    window: int
+    #: messages per batch
+    batch: int
+    #: messages preloaded, then consumed, per size (bounded by consume_bytes too)
+    consume_max_msgs: int
+    consume_bytes: int
+    #: messages per fetch for the peers' pull consumers (XREADGROUP COUNT, fetch batch)
+    consume_batch: int
+    #: wall-time bound of one consume case
+    consume_seconds: float
+    #: produce-to-consume latency: send rates (msgs/s), duration, warm-up
+    e2e_rates: tuple[float, ...]
+    e2e_seconds: float
+    e2e_warmup: float
+
+    @classmethod
+    def make(cls, quick: bool, sizes: tuple[int, ...] | None = None) -> Budget:
+        if quick:
+            b = cls(
+                sizes=(128, 1024, 16384),
+                seconds=1.0,
+                awaited_seconds=0.5,
+                max_msgs=100_000,
+                case_bytes=32 * MIB,
+                window=1024,
+                batch=64,
+                consume_max_msgs=30_000,
+                consume_bytes=16 * MIB,
+                consume_batch=256,
+                consume_seconds=20.0,
+                e2e_rates=(500.0,),
+                e2e_seconds=2.0,
+                e2e_warmup=0.5,
+            )
+        else:
+            b = cls(
+                sizes=(128, 1024, 16384),
+                seconds=5.0,
+                awaited_seconds=3.0,
+                max_msgs=1_000_000,
+                case_bytes=512 * MIB,
+                window=1024,
+                batch=64,
+                consume_max_msgs=500_000,
+                consume_bytes=256 * MIB,
+                consume_batch=256,
+                consume_seconds=60.0,
+                e2e_rates=(1000.0, 5000.0),
+                e2e_seconds=8.0,
+                e2e_warmup=1.0,
+            )
+        return dataclasses.replace(b, sizes=sizes) if sizes else b
+
+    def produce_msgs(self, size: int) -> int:
+        """The message bound of one produce case with bodies of `size` bytes."""
+        return max(1, min(self.max_msgs, self.case_bytes // size))
+
+    def consume_msgs(self, size: int) -> int:
+        """How many messages are preloaded and consumed for `size`-byte bodies."""
+        return max(1, min(self.consume_max_msgs, self.consume_bytes // size))
+
+
+def body_of(size: int) -> bytes:
+    """A body of `size` random (incompressible) bytes: clients that compress
+    large bodies, as RocketMQ's do from 4 KiB, gain nothing from it."""
+    return os.urandom(size)
+
+
+# -- CPU and rows -------------------------------------------------------------------
+
+
+def process_cpu_s() -> float:
+    """user + system CPU seconds of this process (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def group_cpu_s(pgid: int) -> float:
+    """user + system CPU seconds of every live process in process group
+    `pgid` (a server started with start_new_session: its PID is its group)."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / _CLK_TCK
+
+
+def pct(sorted_xs: list[float], p: float) -> float:
+    """The p-quantile (0..1) of an ascending list; NaN when empty."""
+    if not sorted_xs:
+        return float("nan")
+    return sorted_xs[min(len(sorted_xs) - 1, int(len(sorted_xs) * p))]
+
+
+def latency_fields(ns: list[int], prefix: str = "") -> dict[str, float]:
+    """p50 / p99 / p99.9 / max in milliseconds of a list of nanosecond times."""
+    xs = sorted(x / 1e6 for x in ns)
+    return {
+        f"{prefix}p50_ms": round(pct(xs, 0.5), 4),
+        f"{prefix}p99_ms": round(pct(xs, 0.99), 4),
+        f"{prefix}p999_ms": round(pct(xs, 0.999), 4),
+        f"{prefix}max_ms": round(xs[-1], 4) if xs else float("nan"),
+    }
+
+
+class CpuWindow:
+    """A measured window: wall time, this process's CPU and the server's."""
+
+    def __init__(self, server_cpu_s: Callable[[], float]) -> None:
+        self._server_cpu_s = server_cpu_s
+        self.t0 = time.perf_counter()
+        self.c0 = process_cpu_s()
+        self.s0 = server_cpu_s()
+
+    def row(
+        self, case: str, size: int, n: int, secs: float | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """The result row; `secs` overrides the window's wall time (for
+        cases that end at an event measured elsewhere)."""
+        dt = secs if secs is not None else time.perf_counter() - self.t0
+        wall = time.perf_counter() - self.t0
+        cpu = process_cpu_s() - self.c0
+        dt = max(dt, 1e-9)
+        return {
+            "case": case,
+            "body": size,
+            "messages": n,
+            "seconds": round(dt, 4),
+            "msgs_per_s": round(n / dt, 1),
+            "MBps": round(n * size / dt / 1e6, 2),
+            "client_us_per_msg": round(cpu / max(n, 1) * 1e6, 2),
+            "client_cpu_share": round(cpu / max(wall, 1e-9), 2),
+            "server_cpu_share": round((self._server_cpu_s() - self.s0) / max(wall, 1e-9), 2),
+            **extra,
+        }
+
+
+# -- drivers ------------------------------------------------------------------------
+
+
+async def awaited(
+    send: Callable[[], Awaitable[Any]], n_max: int, seconds: float
+) -> tuple[int, float, list[int]]:
+    """Call ``await send()`` one at a time until n_max or `seconds`; returns
+    (count, elapsed seconds, round trips in ns)."""
+    rtt: list[int] = []
+    clock = time.perf_counter_ns
+    start = clock()
+    end = start + int(seconds * 1e9)
+    n = 0
+    while n < n_max:
+        t = clock()
+        if t >= end:
+            break
+        await send()
+        rtt.append(clock() - t)
+        n += 1
+    return n, (clock() - start) / 1e9, rtt
+
+
+class Flow:
+    """Counts messages sent and acknowledged; wakes the window when acks
+    arrive. Systems call ``ack(k)`` from their confirmation callbacks, or
+    hand a future to ``track``."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self.error: BaseException | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def done(self) -> int:
+        return self.acked + self.failed
+
+    def ack(self, k: int = 1, ok: bool = True) -> None:
+        if ok:
+            self.acked += k
+        else:
+            self.failed += k
+        self._wake.set()
+
+    def track(
+        self, fut: asyncio.Future[Any], k: int = 1, ok: Callable[[Any], bool] | None = None
+    ) -> None:
+        """Count `k` messages acknowledged when fut completes (failed when
+        it raises or when ok(result) is false)."""
+
+        def settle(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                self.ack(k, False)
+                return
+            exc = f.exception()
+            if exc is not None:
+                self.error = self.error or exc
+                self.ack(k, False)
+            else:
+                self.ack(k, ok(f.result()) if ok else True)
+
+        fut.add_done_callback(settle)
+
+    async def wait_below(self, outstanding: int) -> None:
+        """Until fewer than `outstanding` messages are unacknowledged."""
+        while self.sent - self.done >= outstanding:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def drain(self, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            await self.wait_below(1)
+
+
+async def windowed(
+    submit: Callable[[Flow], Awaitable[None]],
+    per: int,
+    window: int,
+    n_max: int,
+    seconds: float,
+    drain_timeout: float = 60.0,
+) -> tuple[Flow, float]:
+    """``await submit(flow)`` sends `per` messages whose acks reach `flow`
+    later; at most `window` messages are unacknowledged at a time. Runs
+    until n_max messages were sent or `seconds` passed, then waits for every
+    ack. Returns the flow and the seconds from the first send to the last ack."""
+    flow = Flow()
+    clock = time.perf_counter
+    start = clock()
+    end = start + seconds
+    limit = max(per, window)
+    while flow.sent + per <= n_max and clock() < end:
+        await flow.wait_below(limit - per + 1)
+        await submit(flow)
+        flow.sent += per
+    await flow.drain(drain_timeout)
+    return flow, clock() - start
+
+
+def stamp(body: bytes) -> bytes:
+    """`body` with perf_counter_ns() in its first 8 bytes (bodies >= 8 bytes)."""
+    return time.perf_counter_ns().to_bytes(8, "big") + body[8:]
+
+
+class ConsumeClock:
+    """Messages a consumer received, and when: the rate runs from the first
+    delivery to the last (connecting, joining a group and rebalancing stay
+    out), over the messages after the first delivery."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.n_first = 0
+        self.t_first = 0.0
+        self.t_last = 0.0
+
+    def saw(self, k: int = 1) -> None:
+        now = time.perf_counter()
+        if not self.n:
+            self.t_first, self.n_first = now, k
+        self.n += k
+        self.t_last = now
+
+    @property
+    def secs(self) -> float:
+        return self.t_last - self.t_first
+
+    @property
+    def msgs_per_s(self) -> float:
+        return (self.n - self.n_first) / self.secs if self.secs > 0 else 0.0
+
+
+class LatencyProbe:
+    """Produce-to-consume latencies of stamped messages sent after the warm-up."""
+
+    def __init__(self) -> None:
+        self.measure_from = 1 << 62
+        self.lat_ns: list[int] = []
+        self.seen = 0
+
+    def saw(self, body: bytes) -> None:
+        now = time.perf_counter_ns()
+        self.seen += 1
+        sent = int.from_bytes(body[:8], "big")
+        if self.measure_from <= sent <= now:
+            self.lat_ns.append(now - sent)
+
+
+async def fixed_rate(
+    send: Callable[[bytes], Awaitable[Any]],
+    body: bytes,
+    rate: float,
+    warmup: float,
+    duration: float,
+    probe: LatencyProbe,
+    settle: float = 1.0,
+) -> dict[str, Any]:
+    """Send stamped copies of `body` at `rate` msgs/s for warmup + duration
+    seconds (``await send(stamped)`` must not wait for the ack: it starts
+    the send and returns); messages stamped after the warm-up are measured
+    when the system's consumer hands them to ``probe.saw``. Waits up to
+    `settle` seconds for the last ones. Returns the row's latency fields."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    probe.measure_from = t0 + int(warmup * 1e9)
+    stop_at = probe.measure_from + int(duration * 1e9)
+    i = sent = 0
+    while True:
+        due = t0 + int(i * 1e9 / rate)
+        now = clock()
+        if now >= stop_at:
+            break
+        if due > now:
+            await asyncio.sleep((due - now) / 1e9)
+        await send(stamp(body))
+        if clock() >= probe.measure_from:
+            sent += 1
+        i += 1
+    deadline = clock() + int(settle * 1e9)
+    while len(probe.lat_ns) < sent and clock() < deadline:
+        await asyncio.sleep(0.01)
+    return {
+        "rate": rate,
+        "duration_s": duration,
+        "sent": sent,
+        "received": len(probe.lat_ns),
+        "achieved_rate": round(sent / duration, 1),
+        **latency_fields(probe.lat_ns),
+    }
+
+
+def e2e_row(size: int, lat: dict[str, Any], how: str) -> dict[str, Any]:
+    """A produce-to-consume latency row (no throughput figures)."""
+    return {"case": "e2e", "body": size, "messages": lat["received"], "how": how, **lat}
+
+
+# -- the cases, for any system ------------------------------------------------------
+
+
+class Adapter(Protocol):
+    """What one system's client supplies to ``run_cases``. A "stream" is the
+    system's unit of storage (a topic, a JetStream stream, a Redis stream
+    key, a RabbitMQ stream); each case gets a fresh one."""
+
+    #: e.g. "nats-py 2.16.0 (asyncio)"
+    client: str
+
+    async def new_stream(self, tag: str) -> str: ...
+
+    async def drop_stream(self, stream: str) -> None: ...
+
+    def awaited_send(self, stream: str, body: bytes) -> Callable[[], Awaitable[Any]]:
+        """``await send()``: one message sent and acknowledged."""
+        ...
+
+    def pipelined_submit(
+        self, stream: str, body: bytes, batch: int
+    ) -> tuple[Callable[[Flow], Awaitable[None]], int]:
+        """(submit, per): ``await submit(flow)`` sends `per` single messages
+        (1, or `batch` for clients whose pipelining is explicit, as Redis's
+        pipelines); their acks reach flow later."""
+        ...
+
+    def batched_submit(
+        self, stream: str, body: bytes, batch: int
+    ) -> Callable[[Flow], Awaitable[None]] | None:
+        """``await submit(flow)``: `batch` messages sent in one batch (None:
+        the client has no batch send)."""
+        ...
+
+    def consumers(self) -> dict[str, Callable[[str, int, Budget], Awaitable[ConsumeClock]]]:
+        """case name -> ``await consume(stream, n, budget)``: read the n
+        messages preloaded into stream from its start, acknowledging or
+        committing as the client usually does, counting deliveries on a
+        ConsumeClock (stops at budget.consume_seconds)."""
+        ...
+
+    async def listen(self, stream: str, probe: LatencyProbe) -> Callable[[], Awaitable[None]]:
+        """Start the usual consumer on stream, handing each body to
+        probe.saw; returns a coroutine function that stops it."""
+        ...
+
+    def fire(self, stream: str, flow: Flow) -> Callable[[bytes], Awaitable[None]]:
+        """``await send(body)`` starts one send (its ack reaches flow) and
+        returns without waiting for the ack."""
+        ...
+
+
+async def _case(log: Callable[[str], None], label: str, row: dict[str, Any]) -> dict[str, Any]:
+    extra = ""
+    if "p50_ms" in row:
+        extra = f", p50 {row['p50_ms']:.3f} / p99 {row['p99_ms']:.3f} ms"
+    if row.get("failed"):
+        extra += f", {row['failed']} FAILED"
+    log(
+        f"  {label} {row['case']} {row['body']} B: {row.get('msgs_per_s', 0):,.0f} msg/s "
+        f"({row['messages']:,} msgs){extra}"
+    )
+    return row
+
+
+async def run_cases(
+    a: Adapter,
+    budget: Budget,
+    server_cpu_s: Callable[[], float],
+    label: str,
+    log: Callable[[str], None] = lambda _m: None,
+    extra: Callable[[str, int, bytes], Awaitable[list[dict[str, Any]]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every case for every body size of the budget, in this order: awaited,
+    pipelined, batched, (`extra`, e.g. pyrmq's oneway), preload + each
+    consumer, produce-to-consume latency at each rate. Rows as CpuWindow.row."""
+    rows: list[dict[str, Any]] = []
+    for size in budget.sizes:
+        body = body_of(size)
+        n_max = budget.produce_msgs(size)
+
+        s = await a.new_stream(f"aw{size}")
+        send = a.awaited_send(s, body)
+        await send()  # connection, route, stream
+        w = CpuWindow(server_cpu_s)
+        n, secs, rtt = await awaited(send, n_max, budget.awaited_seconds)
+        rows.append(await _case(log, label, w.row("awaited", size, n, secs, **latency_fields(rtt))))
+        await a.drop_stream(s)
+
+        for case in ("pipelined", "batched"):
+            s = await a.new_stream(f"{case[:2]}{size}")
+            if case == "pipelined":
+                submit, per = a.pipelined_submit(s, body, budget.batch)
+            else:
+                submit, per = a.batched_submit(s, body, budget.batch), budget.batch
+            if submit is None:
+                await a.drop_stream(s)
+                continue
+            await a.awaited_send(s, body)()
+            w = CpuWindow(server_cpu_s)
+            flow, secs = await windowed(submit, per, budget.window, n_max, budget.seconds)
+            row = w.row(
+                case,
+                size,
+                flow.acked,
+                secs,
+                window=budget.window,
+                per_submit=per,
+                failed=flow.failed,
+            )
+            if flow.error is not None:
+                row["error"] = repr(flow.error)
+            rows.append(await _case(log, label, row))
+            await a.drop_stream(s)
+
+        if extra is not None:
+            for row in await extra(label, size, body):
+                rows.append(await _case(log, label, row))
+
+        rows += await _consume_cases(a, budget, server_cpu_s, label, log, size, body)
+
+        for rate in budget.e2e_rates:
+            s = await a.new_stream(f"e2e{size}r{int(rate)}")
+            await a.awaited_send(s, bytes(8) + body[8:])()  # stamped 0: not measured
+            probe = LatencyProbe()
+            stop = await a.listen(s, probe)
+            flow = Flow()
+            fire = a.fire(s, flow)
+
+            async def send(
+                b: bytes, fire: Callable[[bytes], Awaitable[None]] = fire, flow: Flow = flow
+            ) -> None:
+                await fire(b)
+                flow.sent += 1
+
+            try:
+                lat = await fixed_rate(
+                    send, body, rate, budget.e2e_warmup, budget.e2e_seconds, probe
+                )
+                await flow.drain(30)
+            finally:
+                await stop()
+            row = {
+                "case": "e2e",
+                "body": size,
+                "messages": lat["received"],
+                "failed": flow.failed,
+                **lat,
+            }
+            log(
+                f"  {label} e2e {size} B at {rate:,.0f}/s: p50 {row['p50_ms']:.2f} / p99 "
+                f"{row['p99_ms']:.2f} / p99.9 {row['p999_ms']:.2f} ms "
+                f"({row['received']:,} of {row['sent']:,})"
+            )
+            rows.append(row)
+            await a.drop_stream(s)
+    return rows
+
+
+async def _consume_cases(
+    a: Adapter,
+    budget: Budget,
+    server_cpu_s: Callable[[], float],
+    label: str,
+    log: Callable[[str], None],
+    size: int,
+    body: bytes,
+) -> list[dict[str, Any]]:
+    """Preload consume_msgs(size) messages (batched if the client batches,
+    else pipelined), then let each consumer read them all."""
+    n = budget.consume_msgs(size)
+    s = await a.new_stream(f"co{size}")
+    await a.awaited_send(s, body)()
+    submit = a.batched_submit(s, body, budget.batch)
+    per = budget.batch
+    if submit is None:
+        submit, per = a.pipelined_submit(s, body, budget.batch)
+    flow, secs = await windowed(submit, per, budget.window, n - 1, 600.0)
+    stored = flow.acked + 1
+    log(f"  {label} preload {size} B: {stored:,} msgs in {secs:.2f} s")
+    rows = []
+    for case, consume in a.consumers().items():
+        w = CpuWindow(server_cpu_s)
+        clock = await consume(s, stored, budget)
+        row = w.row(case, size, clock.n, clock.secs, expected=stored)
+        row["msgs_per_s"] = round(clock.msgs_per_s, 1)
+        row["MBps"] = round(clock.msgs_per_s * size / 1e6, 2)
+        rows.append(await _case(log, label, row))
+    await a.drop_stream(s)
+    return rows
