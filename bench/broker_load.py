@@ -41,9 +41,11 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import random
 import shutil
 import signal
 import socket
+import string
 import struct
 import subprocess
 import sys
@@ -739,11 +741,22 @@ def latency(server: Server, topic: str, queues: int = 4, rate: float = 1000.0,
 # -- the real C++ client -------------------------------------------------------------
 
 
+def cpp_body(body_len: int) -> str:
+    """A body for the C++ client: random letters and digits (its
+    SetMessageBody takes a C string, so no NUL bytes; ~6 bits of entropy a
+    byte, so bodies of 4 KiB and more, which it compresses, barely shrink)."""
+    rng = random.Random(body_len)
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=body_len))
+
+
 def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs in its own process (the C++ client keeps global state)."""
+    """Runs in its own process (the C++ client keeps global state). Modes:
+    sync (send_sync), oneway (send_oneway), async (send_async, args.window
+    unacknowledged sends spread over the threads), batch (send_batch of
+    args.batch messages)."""
     from rocketmq.client import Message, Producer  # type: ignore[import-untyped]
 
-    body = "x" * args.body
+    body = cpp_body(args.body)
     prod = Producer(PRODUCER_GROUP + f"_{os.getpid()}")
     prod.set_namesrv_addr(args.namesrv)
     prod.start()
@@ -751,20 +764,46 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
     errors = [0] * args.threads
     stop = threading.Event()
     mode = args.mode
+    per_thread = max(1, args.window // args.threads)
 
     def work(k: int) -> None:
         msg = Message(args.topic)
         msg.set_keys(f"k{k}")
         msg.set_tags("TagA")
         msg.set_body(body)
-        send = prod.send_sync if mode == "sync" else prod.send_oneway
+        if mode == "async":
+            window = threading.BoundedSemaphore(per_thread)
+
+            def ok(_r: Any) -> None:
+                counts[k] += 1
+                window.release()
+
+            def failed(_e: Any) -> None:
+                errors[k] += 1
+                window.release()
+
+            while not stop.is_set():
+                if window.acquire(timeout=0.5):
+                    prod.send_async(msg, ok, failed)
+            for _ in range(per_thread):  # every callback has run
+                window.acquire(timeout=10)
+            return
+        batch = [msg] * args.batch
         while not stop.is_set():
             try:
-                r = send(msg)
-                if mode == "sync" and int(r.status) != 0:
-                    errors[k] += 1
+                if mode == "sync":
+                    r = prod.send_sync(msg)
+                    ok_, n = int(r.status) == 0, 1
+                elif mode == "batch":
+                    r = prod.send_batch(batch)
+                    ok_, n = int(r.status) == 0, len(batch)
                 else:
-                    counts[k] += 1
+                    prod.send_oneway(msg)
+                    ok_, n = True, 1
+                if ok_:
+                    counts[k] += n
+                else:
+                    errors[k] += n
             except Exception:
                 errors[k] += 1
                 time.sleep(0.001)
@@ -792,6 +831,8 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
     server_msgs = s1 - s0
     return {
         "mode": mode, "threads": args.threads, "body_len": args.body, "secs": secs,
+        "window": args.window if mode == "async" else None,
+        "batch": args.batch if mode == "batch" else None,
         "client_msgs": n1 - n0, "client_msgs_per_s": (n1 - n0) / secs,
         "server_msgs": server_msgs, "server_msgs_per_s": server_msgs / secs,
         "errors": sum(errors),
@@ -803,17 +844,76 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cpp_producer(server: Server, topic: str, queues: int, mode: str, threads: int = 4,
-                 seconds: float = 10.0, warmup: float = 2.0, body_len: int = 128) -> dict[str, Any]:
+                 seconds: float = 10.0, warmup: float = 2.0, body_len: int = 128,
+                 window: int = 1024, batch: int = 64) -> dict[str, Any]:
     """The C++ producer in a child process; its JSON result."""
     cmd = [sys.executable, "-m", "bench.broker_load", "cpp", "--namesrv", server.namesrv,
            "--broker", server.broker, "--topic", topic, "--queues", str(queues),
            "--mode", mode, "--threads", str(threads), "--seconds", str(seconds),
-           "--warmup", str(warmup), "--body", str(body_len), "--server-pid", str(server.pid)]
+           "--warmup", str(warmup), "--body", str(body_len), "--server-pid", str(server.pid),
+           "--window", str(window), "--batch", str(batch)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
                          timeout=seconds + warmup + 90, check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"C++ producer run failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def _cpp_consume_child(args: argparse.Namespace) -> dict[str, Any]:
+    """The C++ PushConsumer (a new group, which the C++ client starts at
+    offset 0 of a young topic) reading args.messages messages; timed from
+    the first delivery to the last."""
+    from rocketmq.client import PushConsumer  # type: ignore[import-untyped]
+
+    lock = threading.Lock()
+    state = {"n": 0, "t_first": 0.0, "t_last": 0.0}
+    done = threading.Event()
+
+    def on_message(_msg: Any) -> None:
+        now = time.monotonic()
+        with lock:
+            state["n"] += 1
+            if state["n"] == 1:
+                state["t_first"] = now
+            state["t_last"] = now
+            if state["n"] >= args.messages:
+                done.set()
+
+    c = PushConsumer(f"{CONSUMER_GROUP}_CPP_{os.getpid()}")
+    c.set_namesrv_addr(args.namesrv)
+    c.set_thread_count(args.threads)
+    c.set_message_batch_max_size(32)
+    c.subscribe(args.topic, on_message)
+    cpu0, scpu0 = time.process_time(), proc_cpu_s(args.server_pid)
+    c.start()
+    done.wait(args.seconds)
+    cpu1, scpu1 = time.process_time(), proc_cpu_s(args.server_pid)
+    c.shutdown()
+    n = int(state["n"])
+    secs = state["t_last"] - state["t_first"]
+    return {
+        "mode": "consume", "threads": args.threads, "body_len": args.body, "msgs": n,
+        "expected": args.messages, "secs": secs,
+        "msgs_per_s": (n - 1) / secs if secs > 0 else 0.0,
+        "client_cpu_us_per_msg": (cpu1 - cpu0) / max(1, n) * 1e6,
+        "server_cpu_us_per_msg": (scpu1 - scpu0) / max(1, n) * 1e6,
+    }
+
+
+def cpp_consumer(server: Server, topic: str, messages: int, threads: int = 4,
+                 body_len: int = 128, timeout: float = 60.0) -> dict[str, Any]:
+    """The C++ PushConsumer in a child process, reading `messages` already
+    stored in topic; its JSON result."""
+    cmd = [sys.executable, "-m", "bench.broker_load", "cpp-consume", "--namesrv",
+           server.namesrv, "--topic", topic, "--messages", str(messages), "--threads",
+           str(threads), "--seconds", str(timeout), "--body", str(body_len),
+           "--server-pid", str(server.pid)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout + 90,
+                         check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"C++ consumer run failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(lines[-1])
 
 
@@ -828,12 +928,22 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--broker", required=True, help="where GET_MAX_OFFSET is asked")
     c.add_argument("--topic", required=True)
     c.add_argument("--queues", type=int, default=4)
-    c.add_argument("--mode", choices=("sync", "oneway"), default="sync")
+    c.add_argument("--mode", choices=("sync", "oneway", "async", "batch"), default="sync")
+    c.add_argument("--window", type=int, default=1024, help="async: unacknowledged sends")
+    c.add_argument("--batch", type=int, default=64, help="batch: messages per send_batch")
     c.add_argument("--threads", type=int, default=4)
     c.add_argument("--seconds", type=float, default=10.0)
     c.add_argument("--warmup", type=float, default=2.0)
     c.add_argument("--body", type=int, default=128)
     c.add_argument("--server-pid", type=int, required=True)
+    cc = sub.add_parser("cpp-consume", help="the C++ PushConsumer (used by cpp_consumer)")
+    cc.add_argument("--namesrv", required=True)
+    cc.add_argument("--topic", required=True)
+    cc.add_argument("--messages", type=int, required=True)
+    cc.add_argument("--threads", type=int, default=4)
+    cc.add_argument("--seconds", type=float, default=60.0, help="give up after")
+    cc.add_argument("--body", type=int, default=128)
+    cc.add_argument("--server-pid", type=int, required=True)
     for name in ("send", "pull", "latency"):
         s = sub.add_parser(name, help=f"the {name} workload against a running broker")
         s.add_argument("--addr", required=True, help="broker ip:port")
@@ -850,6 +960,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "cpp":
         print(json.dumps(_cpp_child(args)), flush=True)
+        return 0
+    if args.cmd == "cpp-consume":
+        print(json.dumps(_cpp_consume_child(args)), flush=True)
         return 0
     srv = Server("external", args.addr, args.addr, args.pid, None, "")  # type: ignore[arg-type]
     if args.cmd == "send":
