@@ -259,7 +259,12 @@ class Broker:
     async def _publish(self) -> None:
         await asyncio.sleep(0)  # let the changes of this turn gather
         self._next_publish = None  # changes from now on need another publish
-        await self.topics.persist()
+        try:
+            await self.topics.persist()
+        except OSError as e:
+            # out of descriptors or disk: the table stays in memory, saved at
+            # the next change or at shutdown; the name servers still hear of it
+            log.error("broker: the topic table was not saved: %s", e)
         if self.config.namesrv_addrs:
             await self.outer.register_all()
 

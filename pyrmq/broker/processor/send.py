@@ -460,3 +460,10 @@ def _store_errors() -> Iterator[None]:
         ) from None
     except StoreError as e:
         raise BrokerSystemError(f"store error: {e}") from None
+    except OSError as e:
+        # the put's only system calls create the next CommitLog or
+        # ConsumeQueue file: out of descriptors (EMFILE), of memory for the
+        # mapping, an I/O error (RocketMQ's CREATE_MAPPEDFILE_FAILED)
+        raise BrokerSystemError(
+            f"create mapped file failed, server is busy or broken: {e}"
+        ) from None
