@@ -8,7 +8,10 @@ import asyncio
 import gc
 import logging
 import os
+import resource
 import signal
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker import Broker, load_broker_conf
@@ -130,7 +133,48 @@ async def run_standalone(args: argparse.Namespace) -> int:
     return 0
 
 
+#: seconds between two reports of connections that could not be accepted
+ACCEPT_ERROR_REPORT_INTERVAL = 10.0
+_ACCEPT_ERROR = "socket.accept() out of system resource"
+
+
+class AcceptErrorReporter:
+    """The servers' loop exception handler. Out of file descriptors
+    (EMFILE), asyncio reports a failed accept() once per backlog slot, each
+    with a traceback: over a thousand a second for as long as the limit
+    lasts. This reports it once per interval, with the count and the limit;
+    every other error goes to the default handler."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last = -ACCEPT_ERROR_REPORT_INTERVAL
+        self._count = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != _ACCEPT_ERROR:
+            loop.default_exception_handler(context)
+            return
+        self._count += 1
+        now = self._clock()
+        if now - self._last < ACCEPT_ERROR_REPORT_INTERVAL:
+            return
+        log.error(
+            "cannot accept connections: %s (%d failed accepts since the last report; ulimit -n "
+            "is %d: raise it, or idle connections are closed after clientChannelMaxIdleTimeMs)",
+            context.get("exception"),
+            self._count,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        )
+        self._last = now
+        self._count = 0
+
+
 def main(args: argparse.Namespace) -> int:
     _setup_logging()
     run = {"namesrv": run_namesrv, "broker": run_broker, "standalone": run_standalone}[args.cmd]
-    return asyncio.run(run(args))
+
+    async def serve() -> int:
+        asyncio.get_running_loop().set_exception_handler(AcceptErrorReporter())
+        return await run(args)
+
+    return asyncio.run(serve())
