@@ -5,7 +5,8 @@ trivial bench.answer_server as the reference); the load generators of
 bench.broker_load run beside them on the same machine, so every figure
 includes the generator's share of the CPUs.
 
-Usage: ``python -m bench.broker_report [--dir DIR] [--quick] [--json out.json] [--repeat N]``
+Usage: ``python -m bench.broker_report [--dir DIR] [--quick] [--json out.json] [--repeat N]
+[--sections abcde] [--sizes 128,1024,16384]``
 
 Sections (see bench/README.md, "Broker", for what each figure means):
   a. the real C++ client (rocketmq==0.4.4), 4 threads, send_sync and
@@ -14,6 +15,10 @@ Sections (see bench/README.md, "Broker", for what each figure means):
      connections x 256 outstanding, 128 B and 1 KiB, ASYNC_FLUSH and SYNC_FLUSH
   c. pull throughput: a preloaded topic read back with pipelined PULL_MESSAGE
   d. produce-to-consume latency at 1,000 msgs/s with long-poll pulls
+  e. the C++ client against pyrmq for each --sizes body and both flush
+     types: send_sync, send_async (a window), send_batch, send_oneway
+     (4 threads, counted at the server), and a PushConsumer reading a
+     preloaded topic
 
 Progress goes to stderr, the table to stdout.
 """
@@ -50,13 +55,19 @@ class Budget:
     latency_s: float
     repeat: int
     tcp_bytes: int
+    #: section e: seconds and warm-up per C++ producer case, bytes preloaded for its consumer
+    matrix_s: float = 5.0
+    matrix_warmup_s: float = 1.0
+    matrix_consume_bytes: int = 64 << 20
+    matrix_consume_msgs: int = 200_000
 
     @classmethod
     def make(cls, quick: bool) -> Budget:
         if quick:
             return cls(cpp_s=3.0, cpp_warmup_s=1.0, cpp_threads=4, send_s=2.0,
                        send_warmup_s=0.5, pull_msgs=200_000, latency_s=4.0, repeat=1,
-                       tcp_bytes=128 << 20)
+                       tcp_bytes=128 << 20, matrix_s=1.0, matrix_warmup_s=0.5,
+                       matrix_consume_bytes=8 << 20, matrix_consume_msgs=20_000)
         return cls(cpp_s=10.0, cpp_warmup_s=2.0, cpp_threads=4, send_s=5.0,
                    send_warmup_s=1.0, pull_msgs=500_000, latency_s=10.0, repeat=2,
                    tcp_bytes=512 << 20)
@@ -156,11 +167,41 @@ def run_latency(b: Budget, srv: bl.Server, flush: str) -> dict[str, Any]:
     return {"flush": flush, **top, "runs_p99_ms": [round(r["p99_ms"], 3) for r in runs]}
 
 
+CPP_MODES = ("sync", "async", "batch", "oneway")
+
+
+def run_cpp_matrix(b: Budget, srv: bl.Server, flush: str,
+                   sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """(e) every C++ producer mode for every body size against one broker,
+    then the C++ PushConsumer on a preloaded topic; one run each."""
+    out: list[dict[str, Any]] = []
+    for size in sizes:
+        for mode in CPP_MODES:
+            topic = f"BenchCppM{flush[:4]}{size}{mode}"
+            bl.create_topic(srv.broker, topic, 4)
+            bl.wait_route(srv.namesrv, topic)
+            r = bl.cpp_producer(srv, topic, 4, mode, b.cpp_threads, b.matrix_s,
+                                b.matrix_warmup_s, size)
+            log(f"C++ {mode} {size} B {flush}: {_n(r['server_msgs_per_s'])} msg/s at the server "
+                f"({r['errors']} errors); client {r['client_cpu_us_per_msg']:.0f} µs CPU/msg")
+            out.append({"flush": flush, **r})
+        per_queue = max(1, min(b.matrix_consume_msgs, b.matrix_consume_bytes // size) // 4)
+        topic = f"BenchCppC{flush[:4]}{size}"
+        bl.preload(srv, topic, 4, per_queue, size)
+        bl.wait_route(srv.namesrv, topic)
+        r = bl.cpp_consumer(srv, topic, 4 * per_queue, b.cpp_threads, size)
+        log(f"C++ consume {size} B {flush}: {_n(r['msgs_per_s'])} msg/s "
+            f"({r['msgs']:,} of {r['expected']:,})")
+        out.append({"flush": flush, **r})
+    return out
+
+
 # -- table ----------------------------------------------------------------------------
 
 
 def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]],
-               pull: dict[str, Any], lat: list[dict[str, Any]]) -> list[Row]:
+               pull: dict[str, Any], lat: list[dict[str, Any]],
+               matrix: list[dict[str, Any]] | None = None) -> list[Row]:
     """The table; sections that did not run (empty arguments) are left out."""
     rows = [Row("0", "loopback TCP, 256 KiB sends (bench.limits)", f"{_n(tcp_MBps)} MB/s")]
     for mode, call in (("sync", "send_sync"), ("oneway", "send_oneway")):
@@ -232,6 +273,20 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
             "d", f"… send round trip, {r['flush']} (p50 / p99 / p99.9)",
             f"{r['send_rtt_p50_ms']:.2f} / {r['send_rtt_p99_ms']:.2f} / "
             f"{r['send_rtt_p999_ms']:.2f} ms"))
+    calls = {"sync": "send_sync", "async": "send_async", "batch": "send_batch",
+             "oneway": "send_oneway", "consume": "PushConsumer"}
+    for r in matrix or []:
+        if r["mode"] == "consume":
+            what = (f"C++ client PushConsumer, {r['threads']} threads, {r['body_len']} B, "
+                    f"{r['flush']} ({r['msgs']:,} of {r['expected']:,} preloaded)")
+            rows.append(Row("e", what, f"{_n(r['msgs_per_s'])} msg/s"))
+            continue
+        shape = {"async": f", {r.get('window')} unacknowledged",
+                 "batch": f", {r.get('batch')} per batch"}.get(r["mode"], "")
+        what = (f"C++ client {calls[r['mode']]}, {r['threads']} threads{shape}, "
+                f"{r['body_len']} B, {r['flush']} (counted at the server; CPU/msg client "
+                f"{r['client_cpu_us_per_msg']:.0f} µs, server {r['server_cpu_us_per_msg']:.1f} µs)")
+        rows.append(Row("e", what, f"{_n(r['server_msgs_per_s'])} msg/s"))
     return rows
 
 
@@ -260,7 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=0,
                         help="runs per case, best kept (default: 2, or 1 with --quick)")
     parser.add_argument("--sections", default="abcd",
-                        help="which sections to run, e.g. 'a' or 'bd' (default: abcd)")
+                        help="which sections to run, e.g. 'a' or 'bd' (default: abcd; "
+                             "e, the C++ client matrix, only when asked)")
+    parser.add_argument("--sizes", default="128,1024,16384",
+                        type=lambda v: tuple(int(x) for x in v.split(",")),
+                        help="body sizes of section e")
     args = parser.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
     b = Budget.make(args.quick)
@@ -297,10 +356,15 @@ def main(argv: list[str] | None = None) -> int:
                                   "pyrmq")
             if "d" in sec:
                 lat.append(run_latency(b, brk, "SYNC_FLUSH"))
+    matrix: list[dict[str, Any]] = []
+    if "e" in sec:
+        for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            with _servers(args.dir, flush) as brk:
+                matrix += run_cpp_matrix(b, brk, flush, args.sizes)
     if "c" in sec:
         pull = run_pull(b, args.dir)
 
-    rows = build_rows(tcp, cpp, sends, pull, lat)
+    rows = build_rows(tcp, cpp, sends, pull, lat, matrix)
     elapsed = time.perf_counter() - _T0
     log(f"done in {elapsed:.0f} s")
     print(f"pyrmq broker report ({'quick' if args.quick else 'full'} run, best of {b.repeat}, "
@@ -313,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"machine": machine, "quick": args.quick, "sections": args.sections,
                "elapsed_s": elapsed,
                "budget": dataclasses.asdict(b), "loopback_tcp_MBps": tcp, "cpp_client": cpp,
-               "send": sends, "pull": pull, "latency": lat,
+               "send": sends, "pull": pull, "latency": lat, "cpp_matrix": matrix,
                "rows": [dataclasses.asdict(r) for r in rows]}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2, default=str)
