@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
 import json
 import logging
@@ -88,7 +89,9 @@ class ClientInstance:
         self.request_handlers: dict[int, Callable[[RemotingCommand], Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
-        self._route_locks: dict[str, asyncio.Lock] = {}
+        #: topic -> the answer of its route lookup on the way, shared by
+        #: every caller that asks meanwhile
+        self._route_lookups: dict[str, asyncio.Future[TopicRouteData | None]] = {}
         self.started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -126,29 +129,55 @@ class ClientInstance:
 
     async def update_topic_route(self, topic: str) -> TopicRouteData | None:
         """Fetch topic's route from the name server, record its brokers and
-        tell the members when it changed. None when the topic has no route."""
-        lock = self._route_locks.setdefault(topic, asyncio.Lock())
-        async with lock:
+        tell the members when it changed. None when the topic has no route.
+        Callers that ask while a lookup of the topic is on its way share its
+        answer (or its error): a new producer's thousands of first sends, or
+        every retry after a failure, make one request, not one each."""
+        shared = self._route_lookups.get(topic)
+        if shared is not None:
+            try:
+                return await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                if not shared.cancelled():
+                    raise  # this caller was cancelled
+                # the caller that made the lookup gave up on it: make our own
+            except Exception as e:
+                # an instance of its own: callers add notes to what they raise
+                raise copy.copy(e) from None
+        shared = asyncio.get_running_loop().create_future()
+        shared.add_done_callback(_retrieved)
+        self._route_lookups[topic] = shared
+        try:
             route = await self.api.get_topic_route(topic, 5.0)
-            old = self.routes.get(topic)
-            if route is None:
-                if old is not None:
-                    del self.routes[topic]
-                    self._notify(topic, None)
-                return None
-            known = {a for t in self.broker_addr_table.values() for a in t.values()}
-            for bd in route.broker_datas:
-                self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
-            new_broker = any(
-                a not in known for bd in route.broker_datas for a in bd.broker_addrs.values()
-            )
-            changed = route != old
-            if changed:
-                self.routes[topic] = route
-        # outside the lock, so a silent new broker does not stall other
-        # lookups of this topic: a broker we never heartbeated must know us
-        # before members pull from it or ask it for their group's members,
-        # so they hear of the change only after the heartbeat
+        except asyncio.CancelledError:
+            shared.cancel()
+            raise
+        except BaseException as e:
+            shared.set_exception(e)
+            raise
+        finally:
+            del self._route_lookups[topic]
+        old = self.routes.get(topic)
+        if route is None:
+            shared.set_result(None)
+            if old is not None:
+                del self.routes[topic]
+                self._notify(topic, None)
+            return None
+        known = {a for t in self.broker_addr_table.values() for a in t.values()}
+        for bd in route.broker_datas:
+            self.broker_addr_table[bd.broker_name] = dict(bd.broker_addrs)
+        new_broker = any(
+            a not in known for bd in route.broker_datas for a in bd.broker_addrs.values()
+        )
+        changed = route != old
+        if changed:
+            self.routes[topic] = route
+        # answered before the heartbeat, so a silent new broker does not stall
+        # the callers sharing this lookup: a broker we never heartbeated must
+        # know us before members pull from it or ask it for their group's
+        # members, so they hear of the change only after the heartbeat
+        shared.set_result(route)
         if new_broker and self.started:
             await self.send_heartbeat_to_all_brokers()
         if changed:
@@ -270,6 +299,12 @@ class ClientInstance:
                 remark=f"request code {cmd.code} is not supported by this client",
             )
         return handler(cmd)
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a shared lookup's error as seen (its maker raises it already)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:
