@@ -8,7 +8,13 @@ filled in steps (full: 0, 1M, 5M, 10M, 25M, 50M messages of 128 B; quick: 0,
 an ``rmqcore.encode_batch`` body of 256 messages (each with the C++ client's
 KEYS, TAGS, distinct UNIQ_KEY and WAIT properties), a ring of pre-encoded
 frames sent by ``bench.broker_load._Sender`` over 2 connections, 8 batches
-outstanding on each. At every step, fixed-length measurements:
+outstanding on each. "Empty" (step 0) is a store primed with a few thousand
+messages: the first IndexFile (420 MB), the ConsumeQueue files and the next
+CommitLog segment are created once, on the store's threads, and on 2 CPUs
+that costs a fresh broker most of its first second. Before each step's
+measurements the broker is let settle (``settle_s``: until it uses < 5% of a
+CPU, i.e. the index thread has caught up with the fill and pages are
+flushed). Then fixed-length measurements:
 
 - ``produce_rate``: pipelined single SEND_MESSAGE of 128 B for a fixed time
   (``bench.broker_load.send_load``: 2 processes x 4 connections x 256
@@ -58,7 +64,8 @@ than max(8 GiB, 5% of the disk) free. The store is deleted at the end.
                 "consume_rate": ..., "consume_head_rate": ...,
                 "consume_old_rate": ..., "fill_rate": ... or None,
                 "produce": {send_load result}, "consume_head": {...},
-                "consume_old": {...}, "restart_s": ..., "old_resident_mib": ...,
+                "consume_old": {...}, "settle_s": ..., "restart_s": ...,
+                "old_resident_mib": ...,
                 "broker": {rss_mib, rss_anon_mib, rss_file_mib, fds, ...},
                 "files": {"commitlog": n, "consumequeue": n, "index": n},
                 "bytes": {"commitlog": b, "consumequeue": b, "index": b, "total": b},
@@ -460,6 +467,19 @@ def start_timed(cluster: ProcessCluster, conf: dict[str, Any]) -> dict[str, Any]
     return {"ready_s": round(ready, 3), **_recovery_line(cluster.brokers[BROKER].log_path, wall)}
 
 
+def settle(pid: int, below: float = 0.05, interval: float = 0.5, timeout: float = 60.0) -> float:
+    """Wait until the process uses less than `below` of a CPU over `interval`
+    (after a fill: the index thread caught up, segments prepared, pages
+    flushed), at most timeout; the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        c0 = bl.proc_cpu_s(pid)
+        time.sleep(interval)
+        if (bl.proc_cpu_s(pid) - c0) / interval < below:
+            break
+    return round(time.monotonic() - t0, 2)
+
+
 def queued(srv: bl.Server) -> list[int]:
     with bl.BlockingClient(srv.broker) as c:
         return bl.max_offsets(c, TOPIC, QUEUES)
@@ -522,8 +542,12 @@ class _Run:
             cl.log(f"step {index}: filling {target - have:,} messages")
             fill_res = self.grow(target - have)
             cl.log(f"  filled at {fill_res['msgs_per_s']:,.0f} msg/s ({fill_res['bad']} bad)")
+        settled = settle(self.srv.pid)
         messages = self.messages()
-        cl.log(f"step {index}: {messages:,} messages; produce {b.produce_s:.0f} s")
+        cl.log(
+            f"step {index}: {messages:,} messages (settled in {settled} s); produce "
+            f"{b.produce_s:.0f} s"
+        )
         before = queued(self.srv)
         produce = bl.send_load(
             self.srv, TOPIC, QUEUES, BODY_LEN, 2, 4, 256, b.warmup_s, b.produce_s
@@ -541,6 +565,7 @@ class _Run:
         self.cluster.stop_broker(BROKER)
         evicted = evict(self.store)
         restart = start_timed(self.cluster, self.conf)
+        settle(self.srv.pid)
         resident = resident_mib(self.store / "commitlog")
         per_q = b.read_msgs // QUEUES
         ranges = {q: (self.cold[q], min(after[q], self.cold[q] + per_q)) for q in range(QUEUES)}
@@ -562,6 +587,7 @@ class _Run:
             "consume_head": head,
             "consume_old": old,
             "fill": fill_res,
+            "settle_s": settled,
             "restart_s": restart["ready_s"],
             "evicted_files": evicted,
             "old_resident_mib": resident,
@@ -646,6 +672,10 @@ def run(
         cl.log(f"backlog: steps {', '.join(f'{s:,}' for s in b.steps)}; store under {work}")
         r.cluster.start()
         bl.create_topic(r.srv.broker, TOPIC, QUEUES)
+        # One batch per queue: the one-time creation of the first IndexFile,
+        # the ConsumeQueue files and the next CommitLog segment is not part
+        # of the empty store's figure (step() lets the broker settle first).
+        r.grow(QUEUES * FILL_BATCH)
         pending_recovery = sorted(b.recovery_at)
         for i, target in enumerate(b.steps):
             if not r.step(i, target):
