@@ -275,6 +275,12 @@ class ProcessCluster:
         self._write_conf(name)
         await self.brokers[name].start_async()
 
+    def launch_broker(self, name: str) -> None:
+        """Start a stopped broker without waiting for it to listen (to
+        SIGKILL it while it recovers its store, say)."""
+        self._write_conf(name)
+        self.brokers[name].launch()
+
     def _pin_namesrv_port(self) -> None:
         """From now on the name server restarts on the port it first took
         (brokers and clients know it by that address)."""

@@ -66,8 +66,15 @@ SENDERS = 4
 #: seconds each send loop rests between sends: sustained load that both
 #: consumers keep up with on a 2-core machine (about 400 sends/s from pyrmq)
 SEND_PAUSE = 0.01
-#: seconds of load before each kill: drawn uniformly from this range
+#: seconds of load before each kill: drawn uniformly from this range (the
+#: long mode's wider range lets some cycles outlive the broker's 5-s save
+#: of consumer offsets, so restarted consumers resume from recent ones)
 LOAD_BEFORE_KILL = (0.3, 1.5)
+LOAD_BEFORE_KILL_LONG = (0.3, 7.0)
+#: share of the restarts that are SIGKILLed again while the broker starts
+#: (recovering its store), up to RECOVERY_KILL_AFTER seconds after launch
+RECOVERY_KILLS = 0.3
+RECOVERY_KILL_AFTER = 0.5
 #: seconds a killed broker stays down: drawn uniformly from this range
 DOWN_TIME = (0.0, 0.5)
 #: sends (by count) the pyrmq producer must have acknowledged, and
@@ -196,6 +203,10 @@ class PyLoad:
     def counts(self) -> tuple[int, int]:
         return len(self.tally.acked), len(self.tally.deliveries)
 
+    def owned(self) -> int:
+        """Queues of TOPIC the consumer pulls now."""
+        return sum(mq.topic == TOPIC for mq in self.consumer.rebalance.process_queue_table)
+
 
 def window_violations(tally: Tally, committed: list[dict[int, int]]) -> list[Delivery]:
     """Repeated deliveries of a record below the offset the broker had
@@ -279,9 +290,11 @@ def test_broker_sigkill_under_load_loses_no_acknowledged_message(
         committed_at_kill: list[dict[int, int]] = []
         store = cluster.store_dir(BROKER)
         ns_acks = ns_recv = 0
+        recovery_kills = 0
+        load = LOAD_BEFORE_KILL_LONG if long_mode else LOAD_BEFORE_KILL
         for cycle in range(cycles):
-            await asyncio.sleep(rng.uniform(*LOAD_BEFORE_KILL))
-            acks_before = py.counts()[0]
+            await asyncio.sleep(rng.uniform(*load))
+            acks_before, seen_before = py.counts()
             await asyncio.to_thread(cluster.kill_broker, BROKER)
             committed_at_kill.append(persisted_offsets(store, TOPIC, PY_GROUP))
             py.epoch = cycle + 1
@@ -291,19 +304,32 @@ def test_broker_sigkill_under_load_loses_no_acknowledged_message(
             if new_consumer:
                 await py.stop_consumer()
             await asyncio.sleep(rng.uniform(*DOWN_TIME))
+            if rng.random() < RECOVERY_KILLS:
+                # killed again while it opens (recovers) the store
+                cluster.launch_broker(BROKER)
+                await asyncio.sleep(rng.uniform(0.0, RECOVERY_KILL_AFTER))
+                await asyncio.to_thread(cluster.kill_broker, BROKER)
+                recovery_kills += 1
             await cluster.start_broker_async(BROKER)
             if new_consumer:
                 await py.start_new_consumer()
-            # the load resumed: the broker acknowledges sends again
+            # the load resumed: the broker acknowledges sends again, and the
+            # consumer (a new one, maybe) has its queues back (the name server
+            # dropped the dead broker's routes; a name server outage now tests
+            # routes cached from after the restart) and delivers
             await wait_until(
-                lambda n=acks_before: py.counts()[0] > n, 30.0, f"sends after restart {cycle + 1}"
+                lambda n=acks_before, m=seen_before: (
+                    py.counts()[0] > n and py.counts()[1] > m and py.owned() == QUEUES
+                ),
+                30.0,
+                f"sends and deliveries after restart {cycle + 1} (seed {seed})",
             )
             if cycle in outage_cycles:
                 a, r = await name_server_outage(admin, py)
                 ns_acks += a
                 ns_recv += r
         figures.update(namesrv_outages=outages, acked_during_outages=ns_acks,
-                       delivered_during_outages=ns_recv)  # fmt: skip
+                       delivered_during_outages=ns_recv, recovery_kills=recovery_kills)  # fmt: skip
         return committed_at_kill
 
     async def name_server_outage(admin: Admin, py: PyLoad) -> tuple[int, int]:
@@ -315,7 +341,7 @@ def test_broker_sigkill_under_load_loses_no_acknowledged_message(
                 py.counts()[0] >= a0 + OUTAGE_PROGRESS and py.counts()[1] >= r0 + OUTAGE_PROGRESS
             ),
             30.0,
-            "pyrmq sends and deliveries with the name server down",
+            f"pyrmq sends and deliveries with the name server down (seed {seed})",
         )
         a1, r1 = py.counts()
         await cluster.start_namesrv_async()
