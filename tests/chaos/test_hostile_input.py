@@ -32,6 +32,8 @@ import time
 import zlib
 from typing import Any
 
+import pytest
+
 from pyrmq.remoting import RemotingCommand
 from pyrmq.remoting.client import split_addr
 from pyrmq.remoting.codes import RequestCode as RC
@@ -84,6 +86,7 @@ def _log_problems(text: str) -> list[str]:
     return [line for line in text.splitlines() if "Traceback" in line or " CRITICAL " in line]
 
 
+@pytest.mark.timeout(3900)  # the long mode's million inputs take minutes
 def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
     """Handler-, header- and frame-level mutations against a broker and a
     name server process: every input answered or, if its frame is bad,

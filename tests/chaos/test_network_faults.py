@@ -360,6 +360,7 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
     assert sum(r == "broker-a" for r in in_partition) >= 10
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.skipif(not _can_bind(PROXY_IP), reason=f"{PROXY_IP} is not a local address here")
 def test_partition_through_black_hole_proxy(arun, tmp_path, long_mode, report, caplog):
     caplog.set_level(logging.WARNING)
@@ -384,6 +385,7 @@ def test_partition_through_black_hole_proxy(arun, tmp_path, long_mode, report, c
         arun(main(), timeout=scale(long_mode, 150, 400))
 
 
+@pytest.mark.timeout(600)
 def test_partition_by_network_namespace(arun, tmp_path, long_mode, report):
     reason = NetNs.unavailable()
     if reason is not None:
