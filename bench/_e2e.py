@@ -457,6 +457,18 @@ async def _case(log: Callable[[str], None], label: str, row: dict[str, Any]) -> 
     return row
 
 
+@dataclasses.dataclass
+class _Ctx:
+    a: Adapter
+    budget: Budget
+    server_cpu_s: Callable[[], float]
+    label: str
+    log: Callable[[str], None]
+    size: int
+    body: bytes
+    extra: Callable[[str, int, bytes], Awaitable[list[dict[str, Any]]]] | None
+
+
 async def run_cases(
     a: Adapter,
     budget: Budget,
@@ -467,88 +479,118 @@ async def run_cases(
 ) -> list[dict[str, Any]]:
     """Every case for every body size of the budget, in this order: awaited,
     pipelined, batched, (`extra`, e.g. pyrmq's oneway), preload + each
-    consumer, produce-to-consume latency at each rate. Rows as CpuWindow.row."""
+    consumer, produce-to-consume latency at each rate. Rows as CpuWindow.row.
+    A case that raises becomes a row with "error" and the others still run."""
     rows: list[dict[str, Any]] = []
     for size in budget.sizes:
-        body = body_of(size)
-        n_max = budget.produce_msgs(size)
-
-        s = await a.new_stream(f"aw{size}")
-        send = a.awaited_send(s, body)
-        await send()  # connection, route, stream
-        w = CpuWindow(server_cpu_s)
-        n, secs, rtt = await awaited(send, n_max, budget.awaited_seconds)
-        rows.append(await _case(log, label, w.row("awaited", size, n, secs, **latency_fields(rtt))))
-        await a.drop_stream(s)
-
-        for case in ("pipelined", "batched"):
-            s = await a.new_stream(f"{case[:2]}{size}")
-            if case == "pipelined":
-                submit, per = a.pipelined_submit(s, body, budget.batch)
-            else:
-                submit, per = a.batched_submit(s, body, budget.batch), budget.batch
-            if submit is None:
-                await a.drop_stream(s)
-                continue
-            await a.awaited_send(s, body)()
-            w = CpuWindow(server_cpu_s)
-            flow, secs = await windowed(submit, per, budget.window, n_max, budget.seconds)
-            row = w.row(
-                case,
-                size,
-                flow.acked,
-                secs,
-                window=budget.window,
-                per_submit=per,
-                failed=flow.failed,
-            )
-            if flow.error is not None:
-                row["error"] = repr(flow.error)
-            rows.append(await _case(log, label, row))
-            await a.drop_stream(s)
-
-        if extra is not None:
-            for row in await extra(label, size, body):
-                rows.append(await _case(log, label, row))
-
-        rows += await _consume_cases(a, budget, server_cpu_s, label, log, size, body)
-
-        for rate in budget.e2e_rates:
-            s = await a.new_stream(f"e2e{size}r{int(rate)}")
-            await a.awaited_send(s, bytes(8) + body[8:])()  # stamped 0: not measured
-            probe = LatencyProbe()
-            stop = await a.listen(s, probe)
-            flow = Flow()
-            fire = a.fire(s, flow)
-
-            async def send(
-                b: bytes, fire: Callable[[bytes], Awaitable[None]] = fire, flow: Flow = flow
-            ) -> None:
-                await fire(b)
-                flow.sent += 1
-
+        ctx = _Ctx(a, budget, server_cpu_s, label, log, size, body_of(size), extra)
+        for name, case in _CASES:
             try:
-                lat = await fixed_rate(
-                    send, body, rate, budget.e2e_warmup, budget.e2e_seconds, probe
-                )
-                await flow.drain(30)
-            finally:
-                await stop()
-            row = {
-                "case": "e2e",
-                "body": size,
-                "messages": lat["received"],
-                "failed": flow.failed,
-                **lat,
-            }
-            log(
-                f"  {label} e2e {size} B at {rate:,.0f}/s: p50 {row['p50_ms']:.2f} / p99 "
-                f"{row['p99_ms']:.2f} / p99.9 {row['p999_ms']:.2f} ms "
-                f"({row['received']:,} of {row['sent']:,})"
-            )
-            rows.append(row)
-            await a.drop_stream(s)
+                rows += await case(ctx)
+            except Exception as e:  # one failed case must not lose the others
+                log(f"  {label} {name} {size} B FAILED: {e!r}")
+                rows.append({"case": name, "body": size, "messages": 0, "error": repr(e)})
     return rows
+
+
+async def _awaited(c: _Ctx) -> list[dict[str, Any]]:
+    s = await c.a.new_stream(f"aw{c.size}")
+    send = c.a.awaited_send(s, c.body)
+    await send()  # connection, route, stream
+    w = CpuWindow(c.server_cpu_s)
+    n, secs, rtt = await awaited(send, c.budget.produce_msgs(c.size), c.budget.awaited_seconds)
+    row = await _case(c.log, c.label, w.row("awaited", c.size, n, secs, **latency_fields(rtt)))
+    await c.a.drop_stream(s)
+    return [row]
+
+
+async def _pipelined(c: _Ctx) -> list[dict[str, Any]]:
+    s = await c.a.new_stream(f"pi{c.size}")
+    submit, per = c.a.pipelined_submit(s, c.body, c.budget.batch)
+    return await _windowed_case(c, "pipelined", s, submit, per)
+
+
+async def _batched(c: _Ctx) -> list[dict[str, Any]]:
+    s = await c.a.new_stream(f"ba{c.size}")
+    submit = c.a.batched_submit(s, c.body, c.budget.batch)
+    if submit is None:
+        await c.a.drop_stream(s)
+        return []
+    return await _windowed_case(c, "batched", s, submit, c.budget.batch)
+
+
+async def _windowed_case(
+    c: _Ctx, case: str, s: str, submit: Callable[[Flow], Awaitable[None]], per: int
+) -> list[dict[str, Any]]:
+    await c.a.awaited_send(s, c.body)()
+    w = CpuWindow(c.server_cpu_s)
+    b = c.budget
+    flow, secs = await windowed(submit, per, b.window, b.produce_msgs(c.size), b.seconds)
+    row = w.row(case, c.size, flow.acked, secs, window=b.window, per_submit=per, failed=flow.failed)
+    if flow.error is not None:
+        row["error"] = repr(flow.error)
+    await c.a.drop_stream(s)
+    return [await _case(c.log, c.label, row)]
+
+
+async def _extra(c: _Ctx) -> list[dict[str, Any]]:
+    if c.extra is None:
+        return []
+    return [await _case(c.log, c.label, row) for row in await c.extra(c.label, c.size, c.body)]
+
+
+async def _consume(c: _Ctx) -> list[dict[str, Any]]:
+    return await _consume_cases(c.a, c.budget, c.server_cpu_s, c.label, c.log, c.size, c.body)
+
+
+async def _e2e(c: _Ctx) -> list[dict[str, Any]]:
+    rows = []
+    for rate in c.budget.e2e_rates:
+        s = await c.a.new_stream(f"e2e{c.size}r{int(rate)}")
+        await c.a.awaited_send(s, bytes(8) + c.body[8:])()  # stamped 0: not measured
+        probe = LatencyProbe()
+        stop = await c.a.listen(s, probe)
+        flow = Flow()
+        fire = c.a.fire(s, flow)
+
+        async def send(
+            b: bytes, fire: Callable[[bytes], Awaitable[None]] = fire, flow: Flow = flow
+        ) -> None:
+            await fire(b)
+            flow.sent += 1
+
+        try:
+            lat = await fixed_rate(
+                send, c.body, rate, c.budget.e2e_warmup, c.budget.e2e_seconds, probe
+            )
+            await flow.drain(30)
+        finally:
+            await stop()
+        row = {
+            "case": "e2e",
+            "body": c.size,
+            "messages": lat["received"],
+            "failed": flow.failed,
+            **lat,
+        }
+        c.log(
+            f"  {c.label} e2e {c.size} B at {rate:,.0f}/s: p50 {row['p50_ms']:.2f} / p99 "
+            f"{row['p99_ms']:.2f} / p99.9 {row['p999_ms']:.2f} ms "
+            f"({row['received']:,} of {row['sent']:,})"
+        )
+        rows.append(row)
+        await c.a.drop_stream(s)
+    return rows
+
+
+_CASES: tuple[tuple[str, Callable[[_Ctx], Awaitable[list[dict[str, Any]]]]], ...] = (
+    ("awaited", _awaited),
+    ("pipelined", _pipelined),
+    ("batched", _batched),
+    ("extra", _extra),
+    ("consume", _consume),
+    ("e2e", _e2e),
+)
 
 
 async def _consume_cases(
