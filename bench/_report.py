@@ -1,0 +1,454 @@
+"""The bench suite's Markdown: tables for each part, pyrmq/peer ratios and
+the issue's targets, computed from the suite's result document (see
+bench.suite for its shape). Pure functions of that document, so a
+results.json can be re-rendered without re-running anything:
+
+    python -m bench._report DIR/results.json > DIR/results.md
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: display names, in table and plot order
+SYSTEMS = {
+    "pyrmq": "pyrmq ASYNC_FLUSH",
+    "nats": "NATS JetStream",
+    "redis-everysec": "Redis AOF everysec",
+    "rabbitmq": "RabbitMQ streams",
+    "pyrmq-sync": "pyrmq SYNC_FLUSH",
+    "redis-always": "Redis AOF always",
+}
+#: which pyrmq run each peer is compared with (comparable durability)
+TWIN = {
+    "nats": "pyrmq",
+    "redis-everysec": "pyrmq",
+    "rabbitmq": "pyrmq",
+    "redis-always": "pyrmq-sync",
+}
+RATIO_HEAD = {
+    "nats": "pyrmq ÷ NATS",
+    "redis-everysec": "pyrmq ÷ Redis everysec",
+    "rabbitmq": "pyrmq ÷ RabbitMQ",
+    "redis-always": "pyrmq SYNC ÷ Redis always",
+}
+CONSUME_CASES = ("consume", "consume(push)", "consume(poll)")
+
+
+def systems(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every system run by parts 2 and 3, by name (skipped ones included)."""
+    out: dict[str, dict[str, Any]] = {}
+    for part in ("2", "3"):
+        out.update(doc.get("parts", {}).get(part, {}).get("systems", {}))
+    return out
+
+
+def find(
+    sysdoc: dict[str, Any] | None, case: str, size: int, rate: float | None = None
+) -> dict[str, Any] | None:
+    """The row of `case` for `size`-byte bodies (and e2e `rate`), or None."""
+    if not sysdoc:
+        return None
+    for r in sysdoc.get("rows", []):
+        if r["case"] == case and r["body"] == size and (rate is None or r.get("rate") == rate):
+            return r
+    return None
+
+
+def produce_best(sysdoc: dict[str, Any] | None, size: int) -> tuple[float | None, str]:
+    """The better of the pipelined and batched rates, and which it was."""
+    best: tuple[float | None, str] = (None, "")
+    for case in ("pipelined", "batched"):
+        r = find(sysdoc, case, size)
+        if r and r.get("msgs_per_s") and (best[0] is None or r["msgs_per_s"] > best[0]):
+            best = (r["msgs_per_s"], case)
+    return best
+
+
+def consume_best(sysdoc: dict[str, Any] | None, size: int) -> tuple[float | None, str]:
+    best: tuple[float | None, str] = (None, "")
+    for case in CONSUME_CASES:
+        r = find(sysdoc, case, size)
+        if r and r.get("msgs_per_s") and (best[0] is None or r["msgs_per_s"] > best[0]):
+            best = (r["msgs_per_s"], case)
+    return best
+
+
+def _n(x: float | None, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return None
+    return a / b
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def table(head: list[str], rows: Iterable[list[str]], align: str = "") -> str:
+    """A Markdown table; `align` is one character per column ('l' or 'r')."""
+    spec = [("---:" if (align[i : i + 1] or "r") == "r" else "---") for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(spec) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# -- targets --------------------------------------------------------------------------
+
+
+def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets (128 B bodies, one client process per system)."""
+    s = systems(doc)
+    size = 128
+    out: list[dict[str, Any]] = []
+
+    def add(
+        what: str,
+        mine: tuple[float | None, str],
+        peer_name: str,
+        theirs: tuple[float | None, str],
+        goal: float,
+        lower_is_better: bool = False,
+    ) -> None:
+        peer = s.get(peer_name, {})
+        ratio = _ratio(theirs[0], mine[0]) if lower_is_better else _ratio(mine[0], theirs[0])
+        row = {
+            "target": what,
+            "pyrmq": mine[0],
+            "pyrmq_case": mine[1],
+            "peer": peer_name,
+            "peer_value": theirs[0],
+            "peer_case": theirs[1],
+            "ratio": ratio,
+            "goal": goal,
+            "met": None if ratio is None else ratio >= goal,
+        }
+        if peer.get("skipped"):
+            row["note"] = f"{peer_name} skipped: {peer['skipped']}"
+        out.append(row)
+
+    py, sync = s.get("pyrmq"), s.get("pyrmq-sync")
+
+    def case(sysname: str, c: str) -> tuple[float | None, str]:
+        r = find(s.get(sysname), c, size)
+        return (r["msgs_per_s"] if r else None, c)
+
+    add(
+        "pipelined/batched produce ≥ 2x NATS JetStream async publish",
+        produce_best(py, size),
+        "nats",
+        case("nats", "pipelined"),
+        2.0,
+    )
+    add(
+        "pipelined/batched produce ≥ 1x Redis XADD pipelined (AOF everysec)",
+        produce_best(py, size),
+        "redis-everysec",
+        case("redis-everysec", "pipelined"),
+        1.0,
+    )
+    add(
+        "pipelined/batched produce ≥ 1x RabbitMQ streams batched publish with confirms",
+        produce_best(py, size),
+        "rabbitmq",
+        case("rabbitmq", "batched"),
+        1.0,
+    )
+    add(
+        "SYNC_FLUSH produce ≥ 3x Redis with AOF always (pipelined)",
+        produce_best(sync, size),
+        "redis-always",
+        case("redis-always", "pipelined"),
+        3.0,
+    )
+    add(
+        "consume ≥ 1x Redis XREADGROUP with batched XACK",
+        consume_best(py, size),
+        "redis-everysec",
+        case("redis-everysec", "consume"),
+        1.0,
+    )
+    aw = find(py, "awaited", size)
+    pr = find(s.get("redis-everysec"), "awaited", size)
+    add(
+        "one-at-a-time acknowledged send, p50 no worse than Redis XADD (ratio: Redis p50 / "
+        "pyrmq p50)",
+        (aw["p50_ms"] if aw else None, "awaited p50 ms"),
+        "redis-everysec",
+        (pr["p50_ms"] if pr else None, "awaited p50 ms"),
+        1.0,
+        lower_is_better=True,
+    )
+    return out
+
+
+def targets_md(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for t in rows:
+        unit = "ms" if "p50" in t["pyrmq_case"] else "msg/s"
+        digits = 3 if unit == "ms" else 0
+        met = "-" if t["met"] is None else ("yes" if t["met"] else "**NO**")
+        if t.get("note"):
+            met += f" ({t['note']})"
+        body.append(
+            [
+                t["target"],
+                f"{_n(t['pyrmq'], digits)} {unit} ({t['pyrmq_case'] or '-'})",
+                f"{_n(t['peer_value'], digits)} {unit} ({t['peer']} {t['peer_case']})",
+                _r(t["ratio"]),
+                f"≥ {t['goal']:g}x",
+                met,
+            ]
+        )
+    return table(["target (128 B)", "pyrmq", "peer", "ratio", "goal", "met"], body, "lrrrrl")
+
+
+# -- part 1 ---------------------------------------------------------------------------
+
+
+def store_md(part: dict[str, Any]) -> str:
+    lim = part.get("limits") or {}
+    out = []
+    if lim:
+        rows = [[k, _n(v, 1)] for k, v in lim.items()]
+        out.append(
+            "Physical limits (`bench.limits`, same directory, same run):\n\n"
+            + table(["limit", "value"], rows, "lr")
+        )
+    benches = part.get("benchmarks") or []
+    if benches:
+        rows = []
+        for b in benches:
+            ref = b.get("reference")
+            rows.append(
+                [
+                    b["group"],
+                    b["name"].split("[", 1)[-1].rstrip("]"),
+                    f"{b['min_s'] * 1e3:,.3f} ms",
+                    b.get("rate", ""),
+                    ref or "",
+                    _r(b.get("ratio")) if b.get("ratio") is not None else "",
+                ]
+            )
+        out.append(
+            "pytest-benchmark (`bench/bench_store.py`, `bench/bench_remoting.py`; one "
+            "round = one bounded workload, the fastest round shown):\n\n"
+            + table(
+                ["group", "case", "min per round", "best rate", "reference", "ratio"],
+                rows,
+                "llrrlr",
+            )
+        )
+    return "\n\n".join(out)
+
+
+# -- parts 2 and 3 --------------------------------------------------------------------
+
+
+def system_md(sysdoc: dict[str, Any]) -> str:
+    """One system's rows: throughput cases, then latencies."""
+    if sysdoc.get("skipped"):
+        return f"skipped: {sysdoc['skipped']}"
+    rows = []
+    for r in sysdoc.get("rows", []):
+        if r["case"] == "e2e":
+            rows.append(
+                [
+                    f"e2e at {r['rate']:,.0f}/s",
+                    str(r["body"]),
+                    "",
+                    "",
+                    f"{_n(r['p50_ms'], 2)} / {_n(r['p99_ms'], 2)} / {_n(r['p999_ms'], 2)}",
+                    "",
+                    "",
+                    f"{r['received']:,} of {r['sent']:,}",
+                ]
+            )
+            continue
+        lat = ""
+        if "p50_ms" in r:
+            lat = f"{_n(r['p50_ms'], 3)} / {_n(r['p99_ms'], 3)} / {_n(r['p999_ms'], 3)}"
+        note = ""
+        if r.get("failed"):
+            note = f"{r['failed']:,} failed"
+        if r.get("expected") and r["messages"] < r["expected"]:
+            note = f"{r['messages']:,} of {r['expected']:,}"
+        if r.get("lost"):
+            note = f"{r['lost']:,} of {r['sent']:,} not stored"
+        if r.get("error"):
+            note = f"error: {r['error']}"
+        rows.append(
+            [
+                r["case"],
+                str(r["body"]),
+                _n(r.get("msgs_per_s")),
+                _n(r.get("MBps"), 1),
+                lat,
+                _n(r.get("client_us_per_msg"), 1),
+                f"{r.get('client_cpu_share', 0):.2f} / {r.get('server_cpu_share', 0):.2f}",
+                note,
+            ]
+        )
+    head = [
+        "case",
+        "body B",
+        "msgs/s",
+        "MB/s",
+        "p50 / p99 / p99.9 ms",
+        "client µs/msg",
+        "CPU client / server",
+        "note",
+    ]
+    return table(head, rows, "lrrrrrrl")
+
+
+def comparison_md(doc: dict[str, Any], sizes: Iterable[int]) -> str:
+    """Per body size: each case's figure for every system, and pyrmq's ratio
+    to each peer (pyrmq ÷ peer; for latencies, below 1 means pyrmq is faster)."""
+    s = systems(doc)
+    names = [n for n in SYSTEMS if n in s]
+    peers = [n for n in names if n in TWIN]
+    head = ["case"] + [SYSTEMS[n] for n in names] + [RATIO_HEAD[p] for p in peers]
+    rates = sorted({r["rate"] for d in s.values() for r in d.get("rows", []) if r["case"] == "e2e"})
+    out = []
+    for size in sizes:
+        rows = _comparison_rows(s, names, peers, size, rates)
+        out.append(f"**{size} B bodies**\n\n" + table(head, rows, "l" + "r" * (len(head) - 1)))
+    return "\n\n".join(out)
+
+
+def _comparison_rows(
+    s: dict[str, dict[str, Any]], names: list[str], peers: list[str], size: int, rates: list[float]
+) -> list[list[str]]:
+    rows: list[list[str]] = []
+
+    def line(label: str, get: Callable[[dict[str, Any]], float | None], digits: int = 0) -> None:
+        vals = {n: get(s[n]) for n in names}
+        if all(v is None for v in vals.values()):
+            return
+        cells = [label] + [_n(vals[n], digits) for n in names]
+        cells += [_r(_ratio(vals.get(TWIN[p]), vals[p])) for p in peers]
+        rows.append(cells)
+
+    def field(case: str, key: str, rate: float | None = None) -> Callable[[dict[str, Any]], Any]:
+        return lambda d: (find(d, case, size, rate) or {}).get(key)
+
+    line("awaited send, msgs/s", field("awaited", "msgs_per_s"))
+    line("awaited send p50, ms", field("awaited", "p50_ms"), 3)
+    line("awaited send p99, ms", field("awaited", "p99_ms"), 3)
+    line("pipelined, msgs/s", field("pipelined", "msgs_per_s"))
+    line("batched, msgs/s", field("batched", "msgs_per_s"))
+    line("best of pipelined/batched, msgs/s", lambda d: produce_best(d, size)[0])
+    line("oneway, msgs/s", field("oneway", "msgs_per_s"))
+    line("consume, msgs/s (pyrmq: best of push/poll)", lambda d: consume_best(d, size)[0])
+    for rt in rates:
+        for p in ("p50", "p99", "p999"):
+            line(
+                f"e2e at {rt:,.0f}/s {p.replace('999', '99.9')}, ms", field("e2e", f"{p}_ms", rt), 2
+            )
+    return rows
+
+
+def cpp_md(report: dict[str, Any] | None) -> str:
+    if not report:
+        return "not run"
+    rows = [
+        [
+            r["section"],
+            r["measurement"],
+            r["value"],
+            r.get("reference", ""),
+            r.get("ratio", ""),
+            r.get("target", ""),
+            r.get("met", ""),
+        ]
+        for r in report.get("rows", [])
+    ]
+    return table(
+        ["#", "measurement", "value", "reference", "ratio", "target", "met"], rows, "llrrrrl"
+    )
+
+
+# -- the whole document ---------------------------------------------------------------
+
+
+def render(doc: dict[str, Any]) -> str:
+    meta = doc.get("suite", {})
+    m = meta.get("machine", {})
+    parts = doc.get("parts", {})
+    sizes = meta.get("budget", {}).get("sizes", [128, 1024, 16384])
+    out = [
+        f"# pyrmq bench suite ({'quick' if meta.get('quick') else 'full'} run, "
+        f"{meta.get('elapsed_s', 0):,.0f} s, tree {meta.get('git', '?')})",
+        f"Machine: {m.get('nproc', '?')} CPUs ({m.get('cpu', '?')}), {m.get('ram_gib', '?')} GiB "
+        f"RAM, kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}; data in "
+        f"{m.get('dir', '?')} on {m.get('filesystem', '?')}. Every system ran on this machine "
+        "in this run, one Python client process at a time; figures from a shared or busy "
+        "machine are noisy.",
+    ]
+    if doc.get("errors"):
+        out.append(
+            "**Errors** (those parts are incomplete):\n\n"
+            + "\n".join(f"- part {e['part']}: {e['error']}" for e in doc["errors"])
+        )
+    out.append("## Targets\n\n" + targets_md(doc.get("targets") or targets(doc)))
+    if "1" in parts:
+        out.append("## 1. Store microbenchmarks and physical limits\n\n" + store_md(parts["1"]))
+    s = systems(doc)
+    if "3" in parts or "2" in parts:
+        out.append(
+            "## pyrmq against its peers (same cases, counts and sizes)\n\n"
+            "Ratios are pyrmq ÷ peer, each peer against the pyrmq run of comparable "
+            "durability (SYNC_FLUSH for Redis AOF always, ASYNC_FLUSH otherwise). For "
+            "latencies a ratio below 1 means pyrmq is faster.\n\n" + comparison_md(doc, sizes)
+        )
+    if "2" in parts:
+        out.append("## 2. Broker end to end\n\n### Our client (`bench.client_bench`)")
+        for name in ("pyrmq", "pyrmq-sync"):
+            if name in s:
+                out.append(
+                    f"**{SYSTEMS[name]}** ({s[name].get('client', '')})\n\n" + system_md(s[name])
+                )
+        out.append(
+            "### The C++ client and the broker's capacity (`bench.broker_report`)\n\n"
+            + cpp_md(parts["2"].get("broker_report"))
+        )
+    if "3" in parts:
+        out.append("## 3. Peers")
+        for name in ("nats", "redis-everysec", "redis-always", "rabbitmq"):
+            if name in s:
+                d = s[name]
+                out.append(
+                    f"**{SYSTEMS[name]}**: {d.get('server', '')}, {d.get('client', '')}; "
+                    f"{d.get('durability', '')}\n\n" + system_md(d)
+                )
+    for part, title in (("4", "4. Backlog and recovery"), ("5", "5. Scale")):
+        p = parts.get(part)
+        if p is None:
+            continue
+        out.append(
+            f"## {title}\n\n"
+            + (
+                f"skipped: {p['skipped']}"
+                if p.get("skipped")
+                else p.get("table_md", "see the JSON")
+            )
+        )
+    plots = meta.get("plots") or []
+    if plots:
+        out.append("## Plots\n\n" + "\n".join(f"![{p}]({p})" for p in plots))
+    return "\n\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        print(render(json.load(f)), end="")
