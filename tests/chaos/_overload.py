@@ -67,6 +67,8 @@ class Ledger:
     failed: dict[int, BaseException] = dataclasses.field(default_factory=dict)
     #: ids in the order their outcome arrived, with it: (id, ok)
     history: list[tuple[int, bool]] = dataclasses.field(default_factory=list)
+    #: acknowledgements since the last failure
+    streak: int = 0
 
     def settle(self, i: int, result: SendResult | None, error: BaseException | None) -> None:
         assert i in self.sent and i not in self.acked and i not in self.failed, i
@@ -76,6 +78,7 @@ class Ledger:
         else:
             self.failed[i] = error
         self.history.append((i, error is None))
+        self.streak = self.streak + 1 if error is None else 0
 
     @property
     def unsettled(self) -> set[int]:

@@ -60,7 +60,7 @@ def test_sends_are_answered_system_busy_while_the_disk_lags(
     tmp_path: pathlib.Path, arun: Any
 ) -> None:
     """SYNC_FLUSH with a disk that stops answering (the flush thread is held
-    for 1.5 s): a send already written waits for its flush; once it has
+    for 3 s): a send already written waits for its flush; once it has
     waited osPageCacheBusyTimeOutMills, new sends are answered SYSTEM_BUSY
     [PCBUSY_CLEAN_QUEUE] before anything is written, and the producer tries
     them again (code 2 is retriable, as in RocketMQ 5) before giving up. Past
@@ -79,7 +79,7 @@ def test_sends_are_answered_system_busy_while_the_disk_lags(
             topic = "BusyT"
             async with Producer("pg_busy", c.namesrv_addr, send_msg_timeout=10) as producer:
                 await producer.send(Message(topic, b"warm"))
-                stall = store._io.run("flush-commitlog", time.sleep, 1.5)  # the disk hangs
+                stall = store._io.run("flush-commitlog", time.sleep, 3.0)  # the disk hangs
                 waiting = [producer.send_async(Message(topic, b"waits-%d" % i)) for i in range(3)]
                 await wait_until(lambda: store.flush_backlog[0] == 3, "3 sends waiting", 10)
                 with pytest.raises(SystemBusyError, match=r"^\[OVERLOAD\]") as overload:
