@@ -97,7 +97,7 @@ class CleanService:
         full = self.disk_full
         if pct >= cfg.disk_space_warning_level_ratio:
             full = True
-        elif pct < min(cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio):
+        elif pct <= cfg.disk_space_clean_forcibly_ratio:
             full = False
         if full != self.disk_full:
             self.disk_full = full

@@ -357,7 +357,7 @@ class MessageStore:
         raise DiskFullError(
             f"the store's disk is {clean.disk_ratio:.1%} used, past "
             f"diskSpaceWarningLevelRatio={cfg.disk_space_warning_level_ratio}%: puts are "
-            f"refused until it is under diskSpaceCleanForciblyRatio="
+            f"refused until it is at most diskSpaceCleanForciblyRatio="
             f"{cfg.disk_space_clean_forcibly_ratio}%"
         )
 
