@@ -126,8 +126,9 @@ def run_send(b: Budget, srv: bl.Server, flush: str, cases: list[tuple[int, str]]
                 f"{r['server_cpu_util']:.0%} CPU, {r['server_cpu_us_per_msg']:.1f} µs/msg; "
                 f"generator {r['gen_cpu_util']:.0%} CPU; bad {r['bad']}")
             if r["bad"]:
-                raise RuntimeError(f"{r['bad']} sends were not answered SUCCESS\n"
-                                   f"{srv.log_tail()}")
+                # Recorded, not raised: SYNC_FLUSH answers SYSTEM_BUSY when the
+                # disk falls behind, and the rest of the report still counts.
+                log(f"  {r['bad']:,} sends were not answered SUCCESS\n{srv.log_tail(5)}")
             runs.append(r)
         out.append({"server": tag, "flush": flush, "shape": shape, **best(runs)})
     return out
@@ -226,9 +227,10 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
         if s["server"] != "pyrmq":
             continue
         shape = f"{s['procs']} procs x {s['conns']} conns x {s['window']} outstanding"
+        bad = f", {s['bad']:,} not answered SUCCESS" if s.get("bad") else ""
         what = (f"SEND_MESSAGE {s['body_len']} B, {s['flush']}, {shape} "
                 f"(broker {s['server_cpu_us_per_msg']:.1f} µs CPU/msg, "
-                f"{s['server_cpu_util']:.0%} of a CPU)")
+                f"{s['server_cpu_util']:.0%} of a CPU{bad})")
         value = f"{_n(s['msgs_per_s'])} msg/s, {_n(s['MBps'], 1)} MB/s"
         ref, ratio, target, met = "", "", "", ""
         if s["flush"] == "ASYNC_FLUSH":
