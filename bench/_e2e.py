@@ -195,6 +195,27 @@ class CpuWindow:
         }
 
 
+def settle(
+    server_cpu_s: Callable[[], float],
+    below: float = 0.05,
+    interval: float = 0.5,
+    timeout: float = 30.0,
+) -> float | None:
+    """Wait until the server uses less than `below` of a CPU over `interval`
+    (a fresh broker creates and warms its store files for a while; a peer
+    may still be booting or writing out the previous case). Returns None
+    once idle, or the last share seen when `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        c0, t0 = server_cpu_s(), time.monotonic()
+        time.sleep(interval)
+        share = (server_cpu_s() - c0) / (time.monotonic() - t0)
+        if share < below:
+            return None
+        if time.monotonic() > deadline:
+            return share
+
+
 # -- drivers ------------------------------------------------------------------------
 
 
@@ -483,6 +504,9 @@ async def run_cases(
     A case that raises becomes a row with "error" and the others still run."""
     rows: list[dict[str, Any]] = []
     for size in budget.sizes:
+        busy = await asyncio.to_thread(settle, server_cpu_s)
+        if busy is not None:
+            log(f"  {label}: the server stayed busy ({busy:.0%} of a CPU) before {size} B")
         ctx = _Ctx(a, budget, server_cpu_s, label, log, size, body_of(size), extra)
         for name, case in _CASES:
             try:
