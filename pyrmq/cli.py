@@ -9,7 +9,8 @@ pyrmq namesrv            a NameServer (port 9876)
 pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
 pyrmq admin ...          mqadmin commands (pyrmq admin --help)
 pyrmq produce -t TOPIC   send --body, or each line of stdin, as messages
-pyrmq consume -t TOPIC   print a topic's messages as they arrive"""
+pyrmq consume -t TOPIC   print a topic's messages as they arrive
+pyrmq bench ...          load generators: produce, consume, e2e (pyrmq bench --help)"""
 
 from __future__ import annotations
 
@@ -325,15 +326,19 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--count", type=int, default=20)
     dump.add_argument("--segment-mb", type=int, default=64)
     from pyrmq import admin, serve
+    from pyrmq.benchmark import cli as bench_cli
 
     serve.add_arguments(sub)
     admin.add_arguments(sub)
     _add_client_tools(sub)
+    bench_cli.add_arguments(sub)
     args = p.parse_args(argv)
     if args.cmd in ("namesrv", "broker", "standalone"):
         return serve.main(args)
     if args.cmd == "admin":
         return admin.main(args)
+    if args.cmd == "bench":
+        return bench_cli.main(args)
     if args.cmd in ("produce", "consume"):
         return _client_tool(args)
     if args.store_cmd == "check":
