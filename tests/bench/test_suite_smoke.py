@@ -1,0 +1,120 @@
+"""Smoke test of the bench suite's part 2 (our client) and part 3 (the
+peers): each runner starts its server, runs every case with tiny counts and
+returns the documented shape; the report and the plots are made from the
+combined document. A peer whose server binary or client library is missing
+is skipped with the reason. Timings are never compared (other work shares
+the machine); only shapes, counts and that nothing failed."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+from bench import _e2e, _report, client_bench
+from bench.peers import PEERS, _servers, missing, run_peer
+
+TINY = dataclasses.replace(
+    _e2e.Budget.make(True),
+    sizes=(128,),
+    seconds=0.2,
+    awaited_seconds=0.1,
+    max_msgs=2_000,
+    case_bytes=1 << 20,
+    window=64,
+    batch=16,
+    consume_max_msgs=500,
+    consume_bytes=1 << 20,
+    consume_batch=64,
+    consume_seconds=20.0,
+    e2e_rates=(200.0,),
+    e2e_seconds=0.5,
+    e2e_warmup=0.2,
+)
+
+THROUGHPUT = ("msgs_per_s", "MBps", "client_us_per_msg", "client_cpu_share", "server_cpu_share")
+
+
+def check_system(doc: dict[str, Any], name: str, produce: set[str], consume: set[str]) -> None:
+    assert doc["system"] == name and not doc.get("skipped")
+    assert doc["client"] and doc["server"] and doc["durability"]
+    json.dumps(doc)  # plain data
+    cases = {r["case"] for r in doc["rows"]}
+    assert cases == {"awaited", "e2e"} | produce | consume, cases
+    for r in doc["rows"]:
+        assert r["body"] == 128
+        if r["case"] == "e2e":
+            assert r["rate"] == 200.0 and r["sent"] > 0 and not r["failed"]
+            assert 0 < r["received"] <= r["sent"], r  # a late one may miss the 1 s settle
+            assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["p999_ms"] <= r["max_ms"]
+            continue
+        assert r["messages"] > 0, r
+        assert all(r[k] >= 0 for k in THROUGHPUT), r
+        assert not r.get("failed"), r
+        if r["case"] == "awaited":
+            assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["p999_ms"]
+        if r["case"] in consume:
+            assert r["messages"] == r["expected"], r
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_peer_runner(name: str, tmp_path: pathlib.Path) -> None:
+    why = missing(name)
+    if why:
+        pytest.skip(why)
+    doc = run_peer(name, str(tmp_path), TINY)
+    batched = {"batched"} if name == "rabbitmq" else set()
+    check_system(doc, name, {"pipelined"} | batched, {"consume"})
+    assert doc["compare_with"] == PEERS[name][3]
+    assert not list(tmp_path.iterdir()), "the peer's data directory was not removed"
+
+
+def test_missing_binary_is_a_reason() -> None:
+    assert _servers.missing_binary("nats") in (
+        None,
+        "nats-server not found (apt-get install nats-server)",
+    )
+
+
+def test_client_bench_and_report(tmp_path: pathlib.Path) -> None:
+    """pyrmq's side (ASYNC_FLUSH) with the same tiny budget, then the
+    suite's report and plots over it and whichever peers ran above."""
+    doc = client_bench.run(str(tmp_path), TINY, "ASYNC_FLUSH")
+    check_system(
+        doc, "pyrmq", {"pipelined", "batched", "oneway"}, {"consume(push)", "consume(poll)"}
+    )
+    oneway = next(r for r in doc["rows"] if r["case"] == "oneway")
+    assert 0 <= oneway["lost"] <= oneway["sent"]
+    suite = {
+        "suite": {"quick": True, "budget": dataclasses.asdict(TINY)},
+        "parts": {
+            "2": {"systems": {"pyrmq": doc}},
+            "3": {
+                "systems": {
+                    "redis-everysec": {"system": "redis-everysec", "skipped": "not run here"}
+                }
+            },
+        },
+        "errors": [],
+    }
+    targets = _report.targets(suite)
+    assert len(targets) == 6
+    assert all(
+        t["met"] is None and t["pyrmq"] is not None
+        for t in targets
+        if t["peer"] == "redis-everysec"
+    )
+    md = _report.render(suite)
+    assert "## Targets" in md and "pyrmq ASYNC_FLUSH" in md
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    from bench import _plots
+
+    names = _plots.draw_all(suite, tmp_path)
+    assert {"produce_throughput.png", "consume_throughput.png", "latency.png"} <= set(names)
+    for n in names:
+        assert (tmp_path / n).stat().st_size > 1000
