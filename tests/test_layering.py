@@ -20,6 +20,14 @@ ALLOWED = {
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.testing": {"pyrmq.common", "pyrmq.namesrv", "pyrmq.broker", "pyrmq.storage"},
+    # the benchmark tool is a client program: the client and the admin CLI
+    "pyrmq.benchmark": {
+        "pyrmq.common",
+        "pyrmq.client",
+        "pyrmq.producer",
+        "pyrmq.consumer",
+        "pyrmq.admin",
+    },
 }
 
 
