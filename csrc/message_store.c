@@ -230,16 +230,20 @@ enum { FIT_OK, FIT_RECORD_DAMAGED, FIT_QUEUE_DAMAGED };
  * before the queue's last unit (units follow the log), or when its offset
  * leaves a gap larger than damage explains (units lost with the records
  * quarantined in this recovery, at most one ConsumeQueue file); else the
- * queue. */
+ * queue (always, when the queue has no unit left: a record is never
+ * overwritten for want of a queue to compare it with). */
 static int judge_misfit(rmq_store_t *s, const rmq_record_view_t *v) {
     rmq_tq_entry_t *e = rmq_tq_get(&s->table, v->topic, v->topic_len, v->queue_id, 0);
     rmq_consume_queue_t *cq = e ? e->cq : NULL;
-    int64_t max = cq && rmq_mfq_last(cq->mfq) ? rmq_cq_max_offset(cq) : 0;
+    /* A queue with no unit at all lost its files (they are derived data):
+     * it starts again at this record, in one file whatever the offset. */
+    if (!cq || rmq_mfq_last(cq->mfq) == NULL) return FIT_QUEUE_DAMAGED;
+    int64_t max = rmq_cq_max_offset(cq);
     if (v->queue_offset >= max) {
-        if (cq && v->phys_offset < cq->max_phy_end) return FIT_RECORD_DAMAGED; /* not an append */
+        if (v->phys_offset < cq->max_phy_end) return FIT_RECORD_DAMAGED; /* not an append */
         int64_t gap = v->queue_offset - max;
         int64_t lost = s->rep ? s->rep->bytes_damaged / RMQ_RECORD_FIXED_IPV4 : 0;
-        int64_t allowed = (cq && cq->damaged) ? s->cfg.cq_units_per_file : lost;
+        int64_t allowed = cq->damaged ? s->cfg.cq_units_per_file : lost;
         if (allowed > s->cfg.cq_units_per_file) allowed = s->cfg.cq_units_per_file;
         return gap <= allowed ? FIT_QUEUE_DAMAGED : FIT_RECORD_DAMAGED;
     }

@@ -223,6 +223,34 @@ def test_consume_queues_cut_or_flipped_are_rebuilt_from_the_commit_log(tmp_path,
     arun(main(), timeout=60)
 
 
+def test_records_of_a_queue_with_no_units_left_are_never_overwritten(tmp_path, arun):
+    """A ConsumeQueue directory gone while another queue's damage makes
+    recovery dispatch again from the middle of the log: the orphaned
+    queue's records there do not fit (no queue to compare them with) but
+    are intact, and must not be taken for damage (the repair overwrites)."""
+    root = str(tmp_path / "store")
+
+    async def main() -> None:
+        async with MessageStore(small_config(root)) as store:
+            puts = await fill(store, 1500)
+        before = pathlib.Path(segment(root)).read_bytes()
+        cq = pathlib.Path(root, "consumequeue")
+        shutil.rmtree(cq / "TA" / "1")
+        os.truncate(cq / "TB" / "2" / f"{0:020d}", 50 * 20)  # rebuilt from its unit 50 on
+        async with MessageStore(small_config(root)) as store:
+            assert store.recovery["damaged_ranges"] == 0, store.recovery
+            got = served(store)
+        assert pathlib.Path(segment(root)).read_bytes()[: puts[-1].end] == before[: puts[-1].end]
+        # every other queue whole; the orphan from where dispatch started again
+        orphan = [p for p in puts if (p.topic, p.qid) == ("TA", 1)]
+        rest = {k: v for k, v in expected(puts).items() if k[:2] != ("TA", 1)}
+        assert {k: v for k, v in got.items() if k[:2] != ("TA", 1)} == rest
+        kept = {k: v for k, v in got.items() if k[:2] == ("TA", 1)}
+        assert kept and kept == {(p.topic, p.qid, p.qoff): p.body for p in orphan[-len(kept) :]}
+
+    arun(main(), timeout=60)
+
+
 def test_a_damaged_index_file_is_dropped_and_built_again(tmp_path, arun):
     """An IndexFile cut short used to stop the store from opening; now it
     and the newer ones are deleted and every key is indexed again."""
@@ -515,6 +543,10 @@ def test_broker_starts_on_damaged_files_and_serves_only_intact_messages(
         figures["served"] += len(out.served)
         figures["hit_by_damage"] += len(damage.touched)
         figures["detected"] += bool(out.repairs)
+        figures["corrupt_served"] += len(out.corrupt)
+        figures["lost_intact"] += len(lost_intact)
+        # hit in a field no check covers (times, hosts, properties): served
+        figures["hit_but_served"] += len(damage.touched & set(out.served))
         figures["undetectable"] += damage.undetectable
         figures["query_hits"] += out.query_hits
         figures["queries"] += len(queries)
