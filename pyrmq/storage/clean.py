@@ -34,13 +34,19 @@ class CleanResult:
 
 
 def disk_used_ratio(path: str) -> float:
-    """Used fraction (0..1) of the filesystem holding path."""
+    """Used fraction (0..1) of the filesystem holding path, as df shows it:
+    used / (used + available). Blocks reserved for others (ext4 keeps 5% for
+    root; some hosts reserve most of a disk) count neither as used nor as
+    ours: 1.0 is where our writes get ENOSPC, and a disk whose reserve is
+    most of it does not look nearly full while it is nearly empty (which
+    made retention delete young segments and, past the warning level, would
+    refuse every put)."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    if total == 0:
+    used = st.f_blocks - st.f_bfree
+    usable = used + st.f_bavail
+    if usable <= 0:
         return 0.0
-    free = st.f_bavail * st.f_frsize
-    return 1.0 - free / total
+    return used / usable
 
 
 class CleanService:

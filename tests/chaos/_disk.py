@@ -61,3 +61,34 @@ def used_ratio(path: pathlib.Path) -> float:
     """Used fraction of the filesystem holding path."""
     st = os.statvfs(path)
     return 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+
+
+@contextlib.contextmanager
+def ext4_image(
+    image: pathlib.Path, mountpoint: pathlib.Path, size_mib: int, reserved_pct: int
+) -> Iterator[pathlib.Path]:
+    """A loop-mounted ext4 of size_mib MiB with reserved_pct% of its blocks
+    reserved (mkfs.ext4 -m): skip the test when mkfs or mount is refused.
+    Always unmounted and deleted afterwards."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size_mib << 20)
+    try:
+        mk = subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-m", str(reserved_pct), str(image)],
+            capture_output=True,
+            text=True,
+        )
+        if mk.returncode != 0:
+            pytest.skip(f"cannot make an ext4 image: {mk.stderr.strip() or mk.returncode}")
+        res = subprocess.run(
+            ["mount", "-o", "loop", str(image), str(mountpoint)], capture_output=True, text=True
+        )
+        if res.returncode != 0:
+            pytest.skip(f"cannot loop-mount an ext4 image (needs root): {res.stderr.strip()}")
+        try:
+            yield mountpoint
+        finally:
+            subprocess.run(["umount", str(mountpoint)], check=False)
+    finally:
+        image.unlink(missing_ok=True)
