@@ -60,9 +60,11 @@ than max(8 GiB, 5% of the disk) free. The store is deleted at the end.
 ``run(out_dir, quick)`` writes ``backlog.json`` into out_dir and returns::
 
     {"config": {...budget, body_len, queues, segment_bytes, machine, tree...},
-     "steps": [{"step": 0, "target": 0, "messages": 0, "produce_rate": ...,
+     "steps": [{"step": 0, "target": 0, "messages": n, "produce_rate": ...,
                 "consume_rate": ..., "consume_head_rate": ...,
                 "consume_old_rate": ..., "fill_rate": ... or None,
+                "produce_cpu_us": ..., "consume_head_cpu_us": ...,
+                "consume_old_cpu_us": ... (broker CPU µs per message),
                 "produce": {send_load result}, "consume_head": {...},
                 "consume_old": {...}, "settle_s": ..., "restart_s": ...,
                 "old_resident_mib": ...,
@@ -78,10 +80,14 @@ than max(8 GiB, 5% of the disk) free. The store is deleted at the end.
                    "messages_after": n}, ...],
      "summary": {"largest_backlog": n, "produce_vs_empty": r,
                  "consume_head_vs_empty": r, "consume_old_vs_empty": r,
+                 "produce_cpu_vs_empty": r, "consume_head_cpu_vs_empty": r,
+                 "consume_old_cpu_vs_empty": r,
                  "target": "...", "met": bool, "stopped_for_disk": {...} | None}}
 
-Rates are messages per second. ``python -m bench.backlog [--quick]
-[--messages N] [--dir WORKDIR] --out DIR``.
+Rates are messages per second; "met" needs the produce and head-consume
+rates within 10% of step 0's at a backlog of at least 50M. ``python -m
+bench.backlog [--quick] [--messages N] [--seconds S] [--dir WORKDIR] --out
+DIR``.
 """
 
 from __future__ import annotations
@@ -583,6 +589,9 @@ class _Run:
             "consume_head_rate": head["msgs_per_s"],
             "consume_old_rate": old["msgs_per_s"] if old else None,
             "fill_rate": fill_res["msgs_per_s"] if fill_res else None,
+            "produce_cpu_us": produce["server_cpu_us_per_msg"],
+            "consume_head_cpu_us": head["server_cpu_us_per_msg"],
+            "consume_old_cpu_us": old["server_cpu_us_per_msg"] if old else None,
             "produce": produce,
             "consume_head": head,
             "consume_old": old,
@@ -723,11 +732,14 @@ def summarize(steps: list[dict[str, Any]], stopped: dict[str, Any] | None) -> di
         a, z = first.get(key), last.get(key)
         return round(z / a, 3) if a and z else None
 
-    ratios = {k: ratio(f"{k}_rate") for k in ("produce", "consume_head", "consume_old")}
+    kinds = ("produce", "consume_head", "consume_old")
+    ratios = {k: ratio(f"{k}_rate") for k in kinds}
     met = all(v is not None and v >= 0.9 for k, v in ratios.items() if k != "consume_old")
     return {
         "largest_backlog": last["messages"],
         **{f"{k}_vs_empty": v for k, v in ratios.items()},
+        # broker CPU per message: less sensitive than rates to other work on the machine
+        **{f"{k}_cpu_vs_empty": ratio(f"{k}_cpu_us") for k in kinds},
         "target": "produce and head-consume rates at the largest backlog within 10% of the "
         "empty store's (issue 6: at 50M messages)",
         "met": met and last["messages"] >= 50 * M,
@@ -739,15 +751,18 @@ def table(res: dict[str, Any]) -> str:
     """Markdown tables of a result."""
     lines = [
         "| messages | produce msg/s | head read msg/s | old read msg/s | fill msg/s | "
-        "RSS MiB (anon) | CommitLog / CQ / index files | store GiB | restart s |",
-        "|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "broker µs CPU/msg (produce / head / old) | RSS MiB (anon) | "
+        "CommitLog / CQ / index files | store GiB | restart s |",
+        "|---:|---:|---:|---:|---:|---|---:|---|---:|---:|",
     ]
     for s in res["steps"]:
         f = s["files"]
         lines.append(
             f"| {s['messages']:,} | {s['produce_rate']:,.0f} | {s['consume_head_rate']:,.0f} | "
             f"{(s['consume_old_rate'] or 0):,.0f} | "
-            f"{(s['fill_rate'] or 0):,.0f} | {s['broker']['rss_mib']} "
+            f"{(s['fill_rate'] or 0):,.0f} | {s['produce_cpu_us']:.1f} / "
+            f"{s['consume_head_cpu_us']:.2f} / {(s['consume_old_cpu_us'] or 0):.2f} | "
+            f"{s['broker']['rss_mib']} "
             f"({s['broker']['rss_anon_mib']}) | {f['commitlog']} / {f['consumequeue']} / "
             f"{f['index']} | {s['bytes']['total'] / cl.GIB:.2f} | {s['restart_s']:.2f} |"
         )
