@@ -94,7 +94,7 @@ class Budget:
                 case_bytes=512 * MIB,
                 window=1024,
                 batch=64,
-                consume_max_msgs=500_000,
+                consume_max_msgs=300_000,
                 consume_bytes=256 * MIB,
                 consume_batch=256,
                 consume_seconds=60.0,
