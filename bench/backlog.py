@@ -11,25 +11,26 @@ frames sent by ``bench.broker_load._Sender`` over 2 connections, 8 batches
 outstanding on each. "Empty" (step 0) is a store primed with a few thousand
 messages: the first IndexFile (420 MB), the ConsumeQueue files and the next
 CommitLog segment are created once, on the store's threads, and on 2 CPUs
-that costs a fresh broker most of its first second. Before each step's
-measurements the broker is let settle (``settle_s``: until it uses < 5% of a
-CPU, i.e. the index thread has caught up with the fill and pages are
-flushed). Then fixed-length measurements:
+that costs a fresh broker most of its first second. At every step, after
+the fill, in this order (each a fixed length):
 
+- ``consume_old_rate``: the broker is stopped (SIGTERM), this store's
+  CommitLog and ConsumeQueue files are evicted from the page cache
+  (``posix_fadvise(DONTNEED)``; no other file is touched) and the broker is
+  started again (``restart_s``); then pipelined PULL_MESSAGE (maxMsgNums
+  32, 2 processes x 4 connections x 64 outstanding, planned ahead, no pull
+  across a ConsumeQueue file's end) of the oldest messages not read before
+  (a cursor from offset 0 that moves on at every step). These are reads
+  from the disk: a consumer that fell behind. ``old_resident_mib`` (from
+  ``fincore``, when installed) is how much of the CommitLog was cached when
+  the read began (recovery reads the last segment);
+- the broker is let settle (``settle_s``: until it uses < 5% of a CPU);
 - ``produce_rate``: pipelined single SEND_MESSAGE of 128 B for a fixed time
   (``bench.broker_load.send_load``: 2 processes x 4 connections x 256
   outstanding, the broker report's section b shape);
-- ``consume_rate`` (= ``consume_head_rate``): pipelined PULL_MESSAGE
-  (maxMsgNums 32, 2 processes x 4 connections x 64 outstanding) of the
-  newest messages, those the produce measurement just wrote: a consumer that
-  keeps up reads these, from the page cache;
-- ``consume_old_rate``: the same pulls of the oldest messages not read
-  before (a cursor from offset 0 that moves on at every step), after a clean
-  restart of the broker with the CommitLog and ConsumeQueue files evicted
-  from the page cache (``posix_fadvise(DONTNEED)`` while the broker is
-  stopped; only this store's files). These are reads from the disk: a
-  consumer that fell behind. ``old_resident_mib`` (from ``fincore``, when
-  installed) shows how much of the CommitLog was still cached when it began;
+- ``consume_rate`` (= ``consume_head_rate``): the same pulls of the newest
+  messages, those the produce measurement just wrote: a consumer that keeps
+  up reads these, from the page cache;
 - ``fill_rate``: the batch load's rate while filling up to this step.
 
 With each step: the broker's RSS (``rss_anon_mib`` is its heap;
@@ -113,6 +114,7 @@ from typing import Any
 import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
+from pyrmq.storage import MessageStoreConfig
 from pyrmq.testing.cluster import ProcessCluster
 
 TOPIC = "BenchBacklog"
@@ -121,6 +123,8 @@ BODY_LEN = 128
 BROKER = "broker-a"
 #: messages per batch send while filling
 FILL_BATCH = 256
+#: units per ConsumeQueue file (production_conf keeps the default)
+CQ_UNITS = MessageStoreConfig().cq_units_per_file
 #: what must stay free on the store's filesystem: max(this, 5% of it)
 RESERVE_BYTES = 8 * cl.GIB
 #: flush intervals of the unflushed-tail case (ms): nothing flushes by itself
@@ -325,8 +329,9 @@ def pull_ranges(
     max_msgs: int = 32,
 ) -> dict[str, Any]:
     """Read queue q's offsets [start, end) for every q in ranges with
-    pipelined PULL_MESSAGE (broker_load.pull_frame, _Puller), one queue per
-    connection at most; messages/s from the common start to the last answer."""
+    pipelined PULL_MESSAGE (broker_load.pull_frame, _Puller), planned ahead
+    (no pull spans two ConsumeQueue files), a queue's pulls on one
+    connection; messages/s from the common start to the last answer."""
     slots = procs * conns
     per_conn: list[list[bytes]] = [[] for _ in range(slots)]
     by_slot: list[list[int]] = [[] for _ in range(slots)]
@@ -339,7 +344,9 @@ def pull_ranges(
             for q in queues:
                 off, end = cursors[q], ranges[q][1]
                 if off < end:
-                    n = min(max_msgs, end - off)
+                    # A pull stops at the end of a ConsumeQueue file (as in
+                    # RocketMQ): no planned pull may span one.
+                    n = min(max_msgs, end - off, CQ_UNITS - off % CQ_UNITS)
                     per_conn[slot].append(bl.pull_frame(topic, q, off, opaque, n))
                     opaque += 1
                     cursors[q] = off + n
@@ -548,11 +555,26 @@ class _Run:
             cl.log(f"step {index}: filling {target - have:,} messages")
             fill_res = self.grow(target - have)
             cl.log(f"  filled at {fill_res['msgs_per_s']:,.0f} msg/s ({fill_res['bad']} bad)")
+        # Old messages first: stop, drop the store's pages from the cache,
+        # start (so every step's produce runs on a restarted broker too).
+        ends = queued(self.srv)
+        self.cluster.stop_broker(BROKER)
+        evicted = evict(self.store)
+        restart = start_timed(self.cluster, self.conf)
+        settle(self.srv.pid)
+        resident = resident_mib(self.store / "commitlog")
+        per_q = b.read_msgs // QUEUES
+        ranges = {q: (self.cold[q], min(ends[q], self.cold[q] + per_q)) for q in range(QUEUES)}
+        ranges = {q: r for q, r in ranges.items() if r[1] > r[0]}
+        old = pull_ranges(self.srv, TOPIC, ranges) if ranges else None
+        for q, (_, end) in ranges.items():
+            self.cold[q] = end
         settled = settle(self.srv.pid)
         messages = self.messages()
         cl.log(
-            f"step {index}: {messages:,} messages (settled in {settled} s); produce "
-            f"{b.produce_s:.0f} s"
+            f"step {index}: {messages:,} messages (restart {restart['ready_s']:.2f} s, old read "
+            f"{old['msgs_per_s'] if old else 0:,.0f} msg/s with {resident} MiB cached before); "
+            f"produce {b.produce_s:.0f} s"
         )
         before = queued(self.srv)
         produce = bl.send_load(
@@ -567,18 +589,6 @@ class _Run:
         )
         broker = cl.proc_status(self.srv.pid)
         counts, sizes = store_files(self.store)
-        # Old messages: stop, drop the store's pages from the cache, start.
-        self.cluster.stop_broker(BROKER)
-        evicted = evict(self.store)
-        restart = start_timed(self.cluster, self.conf)
-        settle(self.srv.pid)
-        resident = resident_mib(self.store / "commitlog")
-        per_q = b.read_msgs // QUEUES
-        ranges = {q: (self.cold[q], min(after[q], self.cold[q] + per_q)) for q in range(QUEUES)}
-        ranges = {q: r for q, r in ranges.items() if r[1] > r[0]}
-        old = pull_ranges(self.srv, TOPIC, ranges) if ranges else None
-        for q, (_, end) in ranges.items():
-            self.cold[q] = end
         free, _ = disk_free(self.work)
         row = {
             "step": index,
@@ -608,10 +618,8 @@ class _Run:
         self.steps.append(row)
         cl.log(
             f"  produce {produce['msgs_per_s']:,.0f} msg/s, head read "
-            f"{head['msgs_per_s']:,.0f}, old read "
-            f"{old['msgs_per_s'] if old else 0:,.0f} msg/s ({resident} MiB cached before); "
-            f"RSS {broker['rss_mib']} MiB (anon {broker['rss_anon_mib']}); "
-            f"store {sizes['total'] / cl.GIB:.2f} GiB; restart {restart['ready_s']:.2f} s"
+            f"{head['msgs_per_s']:,.0f} msg/s; RSS {broker['rss_mib']} MiB (anon "
+            f"{broker['rss_anon_mib']}); store {sizes['total'] / cl.GIB:.2f} GiB"
         )
         bad = produce["bad"] + head["bad"] + (old["bad"] if old else 0)
         if bad or head["msgs"] != head["expected"] or (old and old["msgs"] != old["expected"]):
