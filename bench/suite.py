@@ -358,12 +358,11 @@ def run(
             )
         for part, name in (("4", "backlog"), ("5", "scale")):
             if part in parts:
-                attempt(
-                    part,
-                    lambda name=name, part=part: doc["parts"].__setitem__(
-                        part, part_module(name, work, out, quick, log)
-                    ),
-                )
+
+                def module_part(part: str = part, name: str = name) -> None:
+                    doc["parts"][part] = part_module(name, work, out, quick, log)
+
+                attempt(part, module_part)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         doc["targets"] = _report.targets(doc)

@@ -35,7 +35,7 @@ class NatsAdapter:
 
     @classmethod
     async def connect(cls, host: str, port: int) -> NatsAdapter:
-        import nats  # type: ignore[import-untyped]
+        import nats
 
         nc = await nats.connect(f"nats://{host}:{port}", max_reconnect_attempts=0)
         return cls(nc, nc.jetstream(), f"nats-py {_version('nats-py')} (asyncio)")
@@ -44,7 +44,7 @@ class NatsAdapter:
         await self.nc.close()
 
     async def new_stream(self, tag: str) -> str:
-        from nats.js.api import StorageType  # type: ignore[import-untyped]
+        from nats.js.api import StorageType
 
         self._n += 1
         name = f"B{tag}n{self._n}"
@@ -81,8 +81,8 @@ class NatsAdapter:
         return {"consume": self.consume}
 
     async def consume(self, stream: str, n: int, budget: Budget) -> ConsumeClock:
-        from nats.errors import TimeoutError as NatsTimeout  # type: ignore[import-untyped]
-        from nats.js.api import AckPolicy, ConsumerConfig  # type: ignore[import-untyped]
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig
 
         cfg = ConsumerConfig(ack_policy=AckPolicy.ALL, max_ack_pending=-1)
         sub = await self.js.pull_subscribe(
@@ -103,7 +103,7 @@ class NatsAdapter:
         return clock
 
     async def listen(self, stream: str, probe: LatencyProbe) -> Callable[[], Awaitable[None]]:
-        from nats.js.api import DeliverPolicy  # type: ignore[import-untyped]
+        from nats.js.api import DeliverPolicy
 
         async def on_msg(msg: Any) -> None:
             probe.saw(msg.data)

@@ -42,7 +42,7 @@ class RabbitAdapter:
 
     @classmethod
     async def connect(cls, host: str, port: int, timeout: float = 30.0) -> RabbitAdapter:
-        from rstream import Producer  # type: ignore[import-untyped]
+        from rstream import Producer
 
         deadline = time.monotonic() + timeout
         while True:
@@ -104,7 +104,7 @@ class RabbitAdapter:
         return {"consume": self.consume}
 
     async def consume(self, stream: str, n: int, budget: Budget) -> ConsumeClock:
-        from rstream import (  # type: ignore[import-untyped]
+        from rstream import (
             Consumer,
             ConsumerOffsetSpecification,
             OffsetType,
@@ -138,7 +138,7 @@ class RabbitAdapter:
         return clock
 
     async def listen(self, stream: str, probe: LatencyProbe) -> Callable[[], Awaitable[None]]:
-        from rstream import (  # type: ignore[import-untyped]
+        from rstream import (
             Consumer,
             ConsumerOffsetSpecification,
             OffsetType,

@@ -36,8 +36,8 @@ class RedisAdapter:
 
     @classmethod
     async def connect(cls, host: str, port: int) -> RedisAdapter:
-        import redis  # type: ignore[import-untyped]
-        import redis.asyncio as aredis  # type: ignore[import-untyped]
+        import redis
+        import redis.asyncio as aredis
 
         r = aredis.Redis(host=host, port=port)
         await r.ping()
