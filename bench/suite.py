@@ -28,8 +28,8 @@ and .md, backlog.json, scale.json, suite.log). Stores and data directories
 live under --dir (default: the temp directory) and are removed. A part that
 fails is recorded in ``errors`` and the suite goes on.
 
-Time: --quick is a smoke run of a few minutes with small counts; the full
-run is sized for ~35-45 minutes on 2 cores.
+Time: --quick is a smoke run with small counts (~7 min on a busy 2-core
+machine); the full run's budgets are sized for ~45 minutes on 2 cores.
 """
 
 from __future__ import annotations
