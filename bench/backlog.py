@@ -164,7 +164,7 @@ FULL = Budget(
     warmup_s=1.0,
     read_msgs=1 * M,
     recovery_at=(1 * M, 10 * M, 50 * M),
-    unflushed=(1 * M, 5 * M),
+    unflushed=(1 * M, 3 * M),
     segment_bytes=rmqcore.DEFAULT_COMMIT_LOG_FILE_SIZE,
 )
 QUICK = Budget(
