@@ -45,8 +45,18 @@ log = logging.getLogger("pyrmq.producer")
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
+#: seconds before a send answered SYSTEM_BUSY is tried again on the same
+#: broker, doubled for each further SYSTEM_BUSY of that send (RocketMQ 5's
+#: clients back off on TOO_MANY_REQUESTS); retrying at once only fed the
+#: overload (a producer pipelining thousands of sends spun on refusals)
+BUSY_BACKOFF = 0.1
+
 #: send_async's callback: called once with (result, None) or (None, error)
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+
+def _is_busy(e: BaseException | None) -> bool:
+    return isinstance(e, BrokerError) and e.code == ResponseCode.SYSTEM_BUSY
 
 
 def _route_suspect(e: BaseException) -> bool:
@@ -660,6 +670,7 @@ class Producer:
         last_broker: str | None = avoid
         last_error: BaseException | None = first_error
         made = 0 if first_error is None else 1  # the callback path's attempt
+        busy_pauses = 0
         if born is None:
             born = int(time.time() * 1000)
         for attempt in range(attempts):
@@ -678,6 +689,13 @@ class Producer:
                         target = await self._pick_queue(topic, mq, selector, arg, msg, last_broker)
                 except TimeoutError:
                     break
+            if target.broker_name == last_broker and _is_busy(last_error):
+                # the broker said it is overloaded: give it a moment before
+                # asking it again (another broker is tried at once)
+                pause = min(BUSY_BACKOFF * 2**busy_pauses, deadline - loop.time())
+                busy_pauses += 1
+                if pause > 0:
+                    await asyncio.sleep(pause)
             last_broker = target.broker_name
             t0 = loop.time()
             try:
