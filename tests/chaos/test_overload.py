@@ -182,8 +182,8 @@ def test_producers_faster_than_the_disk(
     offer (a broker holding each waiting send's 8 KB request, as before the
     fix, grows by more than HEAP_BOUND_MIB: 24 MB offered in CI, 64 MB with
     --long); and once the disk is fast again, every acknowledged id is
-    stored and no refused one is. Sends that time out at the producer (its
-    loop is saturated by the refusals) are errors too: they may be stored."""
+    stored and no refused one is (a send that timed out at the producer, if
+    any, is an error too, and may be stored)."""
     producers = 2
     inflight = scale(long_mode, 1500, 4000)
     seconds = scale(long_mode, 12, 60)
