@@ -98,6 +98,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import multiprocessing
@@ -242,7 +243,7 @@ async def _fill(
     senders: list[bl._Sender] = []
     for c in range(conns):
         _, s = await loop.create_connection(
-            lambda c=c: bl._Sender(ring, flen, window, c * 7), host, int(port)
+            functools.partial(bl._Sender, ring, flen, window, c * 7), host, int(port)
         )
         senders.append(s)
     need = math.ceil(messages / batch)
@@ -293,7 +294,7 @@ async def _pull_proc(
     for frames in conn_frames:
         done = loop.create_future()
         _, p = await loop.create_connection(
-            lambda f=frames, d=done: bl._Puller(f, window, d), host, int(port)
+            functools.partial(bl._Puller, frames, window, done), host, int(port)
         )
         pullers.append(p)
     await asyncio.sleep(max(0.0, t_start - time.monotonic()))

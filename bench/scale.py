@@ -51,6 +51,7 @@ import array
 import asyncio
 import collections
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
@@ -201,7 +202,7 @@ async def _load(
             for _ in range(min(50, count - lo)):
                 batch.append(
                     loop.create_connection(
-                        lambda sf=k * 997: _TimedSender(ring, flen, window, sf, stats),
+                        functools.partial(_TimedSender, ring, flen, window, k * 997, stats),
                         host,
                         int(port),
                     )
