@@ -14,13 +14,16 @@ class ConsumerOffsetManager:
     them (consumerOffset.json has the same shape)."""
 
     def __init__(self, path: str) -> None:
-        self.table: dict[str, dict[int, int]] = {}
         self._file = JsonStateFile(path, self._snapshot)
         self.dirty = False
-        loaded = self._file.load()
-        if loaded:
-            for key, queues in (loaded.get("offsetTable") or {}).items():
-                self.table[key] = {int(q): int(o) for q, o in queues.items()}
+        self.table: dict[str, dict[int, int]] = self._file.load(self._parse) or {}
+
+    @staticmethod
+    def _parse(data: dict[str, Any]) -> dict[str, dict[int, int]]:
+        return {
+            str(key): {int(q): int(o) for q, o in queues.items()}
+            for key, queues in (data.get("offsetTable") or {}).items()
+        }
 
     def _snapshot(self) -> dict[str, Any]:
         return {

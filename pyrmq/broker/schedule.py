@@ -60,8 +60,12 @@ class ScheduleMessageService:
         return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
 
     async def start(self) -> None:
-        loaded = self._file.load() or {}
-        self.offsets = {int(k): int(v) for k, v in (loaded.get("offsetTable") or {}).items()}
+        self.offsets = (
+            self._file.load(
+                lambda d: {int(k): int(v) for k, v in (d.get("offsetTable") or {}).items()}
+            )
+            or {}
+        )
         self.store.add_arrival_listener(self._arrived)
         for level in range(1, len(self.delays) + 1):
             self._tasks.append(

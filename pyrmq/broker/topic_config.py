@@ -126,16 +126,10 @@ class TopicConfigManager:
         )
         self._on_change = on_change
         self.max_queue_nums = max_queue_nums
-        loaded = self._file.load()
+        loaded = self._file.load(self._parse)
         if loaded:
-            for name, d in (loaded.get("topicConfigTable") or {}).items():
-                self.table[name] = TopicConfig.from_json({"topicName": name, **d})
-            dv = loaded.get("dataVersion")
-            if isinstance(dv, dict):
-                self.data_version = {
-                    "timestamp": int(dv.get("timestamp", 0)),
-                    "counter": int(dv.get("counter", 0)),
-                }
+            self.table, version = loaded
+            self.data_version = version or self.data_version
         # System topics (BrokerController / TopicConfigManager constructor).
         self._system(SELF_TEST_TOPIC, 1, 1)
         if auto_create_topic_enable:
@@ -152,6 +146,20 @@ class TopicConfigManager:
         self._system(broker_name, 1, 1)
         self._system(OFFSET_MOVED_EVENT, 1, 1)
         self._system(SCHEDULE_TOPIC, delay_levels, delay_levels)
+
+    @staticmethod
+    def _parse(data: dict[str, Any]) -> tuple[dict[str, TopicConfig], dict[str, int] | None]:
+        """topics.json as (table, dataVersion); raises on a shape or value
+        that is not one (JsonStateFile then loads the previous save)."""
+        table = {
+            str(name): TopicConfig.from_json({"topicName": name, **d})
+            for name, d in (data.get("topicConfigTable") or {}).items()
+        }
+        dv = data.get("dataVersion")
+        version = None
+        if isinstance(dv, dict):
+            version = {k: int(dv.get(k, 0)) for k in ("timestamp", "counter")}
+        return table, version
 
     def _system(self, name: str, r: int, w: int, perm: int = PERM_READ | PERM_WRITE) -> None:
         if name not in self.table:

@@ -14,11 +14,16 @@ import logging
 import os
 import shutil
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyrmq.common.errors import ClientError
 
 log = logging.getLogger("pyrmq.config")
+T = TypeVar("T")
+#: what a damaged state file raises: not JSON (ClientError, from read_json),
+#: or JSON whose shape or values the caller's parse refuses
+_DAMAGED = (ClientError, ValueError, TypeError, KeyError, AttributeError)
 
 
 def _keep_backup(path: str) -> None:
@@ -121,39 +126,50 @@ class JsonStateFile:
             cls._executor = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-config")
         return cls._executor
 
-    def load(self) -> Any | None:
-        """The saved state, or None when there is none. A file that is not
-        valid JSON (damaged) is moved aside and the previous save (.bak)
-        loaded instead; a missing file with a .bak (a crash between the two
-        renames of a save cannot cause that, but a deletion can) loads the
+    def load(self, parse: Callable[[Any], T] | None = None) -> T | Any | None:
+        """The saved state, or None when there is none, through parse (the
+        caller's reading of it, which raises ValueError, TypeError,
+        KeyError or AttributeError on a state that makes no sense). A file
+        that is not valid JSON or that parse refuses (damaged) is moved
+        aside and the previous save (.bak) loaded instead; a missing file
+        with a .bak (a save cannot cause that, a deletion can) loads the
         .bak too. Both are logged as errors: state may be one save old."""
         try:
-            data = read_json(self.path)
-        except ClientError as e:
+            return self._read(self.path, parse)
+        except FileNotFoundError:
+            backup = self._load_backup(parse)
+            if backup is not None:
+                log.error("%s is missing: loaded the previous save (.bak)", self.path)
+            return backup
+        except _DAMAGED as e:
             aside = f"{self.path}.damaged-{time.strftime('%Y%m%d%H%M%S')}"
             os.replace(self.path, aside)
-            backup = self._load_backup()
+            backup = self._load_backup(parse)
+            what = e if isinstance(e, ClientError) else f"{self.path} makes no sense ({e!r})"
             log.error(
                 "%s (moved to %s); %s",
-                e,
+                what,
                 aside,
                 "loaded the previous save (.bak) instead"
                 if backup is not None
                 else "no usable previous save (.bak): starting without this state",
             )
             return backup
-        if data is None:
-            backup = self._load_backup()
-            if backup is not None:
-                log.error("%s is missing: loaded the previous save (.bak)", self.path)
-            return backup
-        return data
 
-    def _load_backup(self) -> Any | None:
+    @staticmethod
+    def _read(path: str, parse: Callable[[Any], T] | None) -> T | Any:
+        data = read_json(path)
+        if data is None:
+            raise FileNotFoundError(path)
+        return data if parse is None else parse(data)
+
+    def _load_backup(self, parse: Callable[[Any], T] | None) -> T | Any | None:
         try:
-            return read_json(f"{self.path}.bak")
-        except ClientError as e:
-            log.error("%s", e)
+            return self._read(f"{self.path}.bak", parse)
+        except FileNotFoundError:
+            return None
+        except _DAMAGED as e:
+            log.error("%s.bak: %s", self.path, e)
             return None
 
     async def persist(self) -> None:

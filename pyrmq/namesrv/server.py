@@ -64,8 +64,12 @@ class NameServer:
 
     async def start(self) -> None:
         if self._kv_file is not None:
-            data = self._kv_file.load() or {}
-            self.kv = {ns: dict(t) for ns, t in data.get("configTable", {}).items()}
+            self.kv = (
+                self._kv_file.load(
+                    lambda d: {str(ns): dict(t) for ns, t in d.get("configTable", {}).items()}
+                )
+                or {}
+            )
         await self.server.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
         log.info("NameServer listening on %s:%d", self.server.host, self.port)
