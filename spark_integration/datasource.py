@@ -83,6 +83,15 @@ def _partitions(
     ]
 
 
+def _read(
+    partition: InputPartition, opts: SourceOptions, columns: list[str] | None
+) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, QueuePartition)
+    return reader.read_range(
+        partition.ref, partition.start, partition.end, opts, reader.projected_schema(columns)
+    )
+
+
 def _check_loss(
     opts: SourceOptions,
     start: dict[QueueKey, int],
@@ -147,14 +156,7 @@ class RocketMQBatchReader(DataSourceReader):
         return self.planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueuePartition)
-        yield from reader.read_range(
-            partition.ref,
-            partition.start,
-            partition.end,
-            self.opts,
-            reader.projected_schema(self.columns),
-        )
+        return _read(partition, self.opts, self.columns)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -240,14 +242,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(refs, s, e)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueuePartition)
-        yield from reader.read_range(
-            partition.ref,
-            partition.start,
-            partition.end,
-            self.opts,
-            reader.projected_schema(self.columns),
-        )
+        return _read(partition, self.opts, self.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """With commitOffsetsToBroker, store the processed offsets in the

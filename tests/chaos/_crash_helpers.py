@@ -19,10 +19,11 @@ from typing import Any
 
 import rmqcore
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
-from pyrmq.common.errors import BrokerError, RMQError, StoreError
+from pyrmq.common.errors import RMQError, StoreError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.remoting import RemotingClient, RequestCode
+from tests._reading import read_queue
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -74,31 +75,7 @@ class Admin:
         """Every message of one queue from offset 0 (no group state), in
         order. A pull answered OFFSET_MOVED or NO_MATCHED_MSG (units the
         broker skips) moves on to the offset it names; at most 10,000 pulls."""
-        out: list[MessageExt] = []
-        offset = 0
-        for _ in range(10_000):
-            try:
-                r = await self.api.pull_message(
-                    broker_addr,
-                    mq,
-                    consumer_group="chaos-reader",
-                    queue_offset=offset,
-                    max_msg_nums=32,
-                    sys_flag=PULL_FLAG_SUBSCRIPTION,
-                    commit_offset=0,
-                    suspend_timeout_ms=0,
-                    subscription="*",
-                    sub_version=0,
-                    timeout=10.0,
-                )
-            except BrokerError:  # no such topic on this broker
-                return out
-            if r.pull_status is PullStatus.FOUND:
-                out.extend(r.msg_found_list)
-            elif r.next_begin_offset <= offset:
-                return out
-            offset = r.next_begin_offset
-        raise AssertionError(f"{mq} did not end within 10,000 pulls")
+        return await read_queue(self.api, broker_addr, mq, group="chaos-reader")
 
 
 @dataclass

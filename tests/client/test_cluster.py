@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
-from pyrmq.common.errors import BrokerError, RMQError
+from pyrmq.client.api import MQClientAPI
+from pyrmq.common.errors import RMQError
 from pyrmq.common.message import Message, MessageExt, MessageQueue
-from pyrmq.common.results import PullStatus, SendResult, SendStatus
+from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.consumer import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
@@ -35,6 +35,7 @@ from pyrmq.consumer import (
 from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing.cluster import ProcessCluster
+from tests._reading import read_queue
 
 BROKERS = ("broker-a", "broker-b")
 CLUSTER_NAME = "PyrmqTestCluster"
@@ -105,30 +106,7 @@ class AdminClient:
     async def read_queue(self, broker: str, mq: MessageQueue) -> list[MessageExt]:
         """Every message of one queue (no consumer group state involved); []
         when the broker does not have the topic."""
-        out: list[MessageExt] = []
-        offset = 0
-        for _ in range(1000):
-            try:
-                r = await self.api.pull_message(
-                    self.cluster.broker_addr(broker),
-                    mq,
-                    consumer_group="test-reader",
-                    queue_offset=offset,
-                    max_msg_nums=32,
-                    sys_flag=PULL_FLAG_SUBSCRIPTION,
-                    commit_offset=0,
-                    suspend_timeout_ms=0,
-                    subscription="*",
-                    sub_version=0,
-                    timeout=5.0,
-                )
-            except BrokerError:  # topic not created yet
-                return out
-            if r.pull_status is not PullStatus.FOUND:
-                return out
-            out.extend(r.msg_found_list)
-            offset = r.next_begin_offset
-        raise AssertionError(f"{mq} did not end within 1000 pulls")
+        return await read_queue(self.api, self.cluster.broker_addr(broker), mq, timeout=5.0)
 
 
 async def wait_until(

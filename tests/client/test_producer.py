@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import rmqcore
-from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
+from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import ClientError, RemotingError
 from pyrmq.common.message import (
     SYSFLAG_COMPRESSED,
@@ -30,11 +30,12 @@ from pyrmq.common.message import (
     decode_offset_msg_id,
     new_unique_id,
 )
-from pyrmq.common.results import PullStatus, SendResult, SendStatus
+from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.proxy import FaultProxy
+from tests._reading import read_queue
 
 HEX32 = re.compile(r"^[0-9A-F]{32}$")
 #: a second loopback address: a broker advertised there is reached through a
@@ -124,27 +125,7 @@ async def pull_all(
     api: MQClientAPI, addr: str, mq: MessageQueue, start: int = 0
 ) -> list[MessageExt]:
     """Every message of mq from start (bounded number of pulls)."""
-    out: list[MessageExt] = []
-    offset = start
-    for _ in range(200):
-        r = await api.pull_message(
-            addr,
-            mq,
-            consumer_group="CG-test",
-            queue_offset=offset,
-            max_msg_nums=32,
-            sys_flag=PULL_FLAG_SUBSCRIPTION,
-            commit_offset=0,
-            suspend_timeout_ms=0,
-            subscription="*",
-            sub_version=0,
-            timeout=5.0,
-        )
-        if r.pull_status is not PullStatus.FOUND:
-            break
-        out.extend(r.msg_found_list)
-        offset = r.next_begin_offset
-    return out
+    return await read_queue(api, addr, mq, start=start, group="CG-test", timeout=5.0)
 
 
 async def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> bool:

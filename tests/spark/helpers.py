@@ -10,10 +10,9 @@ from typing import Any
 
 from pyrmq import sync
 from pyrmq.admin_api import AdminClient
-from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.message import MessageExt
-from pyrmq.common.results import PullStatus
+from tests._reading import read_queue
 
 
 def create_topic(ns: str, topic: str, queues: int = 4) -> None:
@@ -45,27 +44,9 @@ def read_topic(ns: str, topic: str) -> list[MessageExt]:
                 addr = bd.select_broker_addr()
                 assert addr is not None
                 lo = await client.api.get_min_offset(addr, mq)
-                hi = await client.api.get_max_offset(addr, mq)
-                off = lo
-                for _ in range(hi - lo + 1):
-                    if off >= hi:
-                        break
-                    r = await client.api.pull_message(
-                        addr,
-                        mq,
-                        consumer_group="spark-test-verify",
-                        queue_offset=off,
-                        max_msg_nums=32,
-                        sys_flag=PULL_FLAG_SUBSCRIPTION,
-                        commit_offset=0,
-                        suspend_timeout_ms=0,
-                        subscription="*",
-                        sub_version=0,
-                        timeout=10.0,
-                    )
-                    assert r.pull_status is PullStatus.FOUND, (mq, off, r.pull_status)
-                    out.extend(r.msg_found_list)
-                    off = r.next_begin_offset
+                got = await read_queue(client.api, addr, mq, start=lo, group="spark-test-verify")
+                assert len(got) == await client.api.get_max_offset(addr, mq) - lo, mq
+                out.extend(got)
             return out
         finally:
             await client.shutdown()
