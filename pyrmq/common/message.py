@@ -9,6 +9,7 @@ fields into objects."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import socket
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import rmqcore
+from pyrmq.common.errors import CorruptStoreError
+
+log = logging.getLogger("pyrmq.client")
 
 # -- property names (org.apache.rocketmq.common.message.MessageConst) ---------------
 PROPERTY_KEYS = "KEYS"
@@ -267,8 +271,30 @@ class MessageExt(Message):
 
 def decode_messages(data: bytes | memoryview, broker_name: str = "") -> list[MessageExt]:
     """The messages of a pull or query body (back-to-back stored records;
-    CRC checked)."""
-    return [MessageExt(rec, broker_name) for rec in rmqcore.decode_records(data)]
+    CRC checked). A record whose body fails its CRC (damage in an old
+    segment that recovery did not scan) is left out and logged, so its
+    queue goes on past it: a consumer never gets a corrupted message, and
+    never retries one pull for ever. CorruptStoreError when the records do
+    not even parse."""
+    try:
+        return [MessageExt(rec, broker_name) for rec in rmqcore.decode_records(data)]
+    except CorruptStoreError:
+        pass
+    out = []
+    for pos, rec in rmqcore.iter_records(data, 0, False):
+        body = rec["body"]
+        if rmqcore.body_crc(body) != rec["body_crc"] & 0x7FFFFFFF:
+            log.error(
+                "left out a corrupted message of %s queue %d at offset %d (byte %d of the "
+                "pull): its body fails its CRC",
+                rec["topic"],
+                rec["queue_id"],
+                rec["queue_offset"],
+                pos,
+            )
+            continue
+        out.append(MessageExt(rec, broker_name))
+    return out
 
 
 def host_str(raw: bytes) -> str:
