@@ -132,6 +132,7 @@ def load_broker_conf(
         f.name for f in dataclasses.fields(MessageStoreConfig)
     }
     known |= {camel_case(n) for n in known} | {"brokerIP1", "brokerIP2"}
+    known |= {camel_case(n[:-3]) for n in known if n.endswith("_ms")}
     unknown = sorted(k for k in props if k not in known)
     if unknown:
         import logging

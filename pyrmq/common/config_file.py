@@ -197,11 +197,15 @@ def settings_from_properties(
     """Keyword arguments for the settings dataclass cls from broker.conf-style
     properties: Java camelCase or snake_case keys (plus aliases), values
     converted to each field's type (bool: "true"; int; converters[type name]
-    for the rest; str otherwise). Keys that are not fields are ignored."""
+    for the rest; str otherwise). A field named ..._ms also takes Java's
+    name without the unit. Keys that are not fields are ignored."""
     import dataclasses
 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     by_key = {camel_case(n): n for n in fields}
+    # RocketMQ's own names carry no unit (flushIntervalCommitLog, syncFlushTimeout,
+    # ...: milliseconds); pyrmq's fields say it (flush_interval_commit_log_ms)
+    by_key.update({camel_case(n[:-3]): n for n in fields if n.endswith("_ms")})
     by_key.update(aliases or {})
     kwargs: dict[str, Any] = {}
     for key, raw in props.items():
