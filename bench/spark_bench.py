@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -204,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         broker.stop()
+        shutil.rmtree(work, ignore_errors=True)  # its store: GBs of segments
 
     r = results
     table = [

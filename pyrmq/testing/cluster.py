@@ -332,11 +332,20 @@ class ProcessCluster:
         self.shutdown()
 
 
+#: broker.conf keys for a test's standalone store: 128 MiB CommitLog segments
+#: and a small IndexFile instead of 1 GiB + 420 MB taken on disk per broker
+SMALL_STORE: Mapping[str, object] = {
+    "mappedFileSizeCommitLog": 128 << 20,
+    "maxHashSlotNum": 50_000,
+    "maxIndexNum": 200_000,
+}
+
+
 class StandaloneProcess(ServerProcess):
     """`python -m pyrmq standalone` on 127.0.0.1, ephemeral ports, its store
     under workdir; `namesrv` and `broker` are the addresses it reported."""
 
-    def __init__(self, workdir: pathlib.Path) -> None:
+    def __init__(self, workdir: pathlib.Path, settings: Mapping[str, object] | None = None) -> None:
         args = [
             "standalone",
             "--store", str(workdir / "store"),
@@ -344,6 +353,12 @@ class StandaloneProcess(ServerProcess):
             "--broker-port", "0",
             "--host", "127.0.0.1",
         ]  # fmt: skip
+        if settings:
+            # broker.conf keys, e.g. {"mappedFileSizeCommitLog": 64 << 20} so a
+            # test's store does not take the default 1 GiB segments on disk
+            conf = workdir / "standalone.conf"
+            conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+            args += ["-c", str(conf)]
         super().__init__("standalone", args, workdir)
 
     @property

@@ -32,7 +32,7 @@ from pyrmq.common.errors import (
 from pyrmq.common.message import MessageQueue
 from pyrmq.remoting import RemotingCommand, RequestCode
 from pyrmq.testing import LocalCluster
-from pyrmq.testing.cluster import StandaloneProcess
+from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 
 T = TypeVar("T")
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -264,7 +264,7 @@ def test_api_unreachable_name_server(arun):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
-    srv = StandaloneProcess(tmp_path_factory.mktemp("admin-cli"))
+    srv = StandaloneProcess(tmp_path_factory.mktemp("admin-cli"), SMALL_STORE)
     srv.start()
     try:
         yield srv

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from pyrmq import cli
 from pyrmq.benchmark.stats import Histogram
-from pyrmq.testing.cluster import StandaloneProcess
+from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 90.0
@@ -34,7 +34,7 @@ SLOW_OK = ("--timeout", "30")  # a send deadline no busy CI machine reaches
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = StandaloneProcess(tmp_path_factory.mktemp("bench-cli"))
+    srv = StandaloneProcess(tmp_path_factory.mktemp("bench-cli"), SMALL_STORE)
     srv.start()
     try:
         yield srv.namesrv

@@ -24,7 +24,7 @@ import pytest
 
 from pyrmq import ClientError, ConsumeFromWhere, Message, MessageExt, SendStatus
 from pyrmq import sync as rmq_sync
-from pyrmq.testing.cluster import StandaloneProcess
+from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -33,7 +33,7 @@ READY_TIMEOUT = 30.0
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = StandaloneProcess(tmp_path_factory.mktemp("sync-standalone"))
+    srv = StandaloneProcess(tmp_path_factory.mktemp("sync-standalone"), SMALL_STORE)
     srv.start()
     try:
         yield srv.namesrv

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from pyrmq.testing.cluster import StandaloneProcess
+from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """A `pyrmq standalone` process for this module's tests."""
-    proc = StandaloneProcess(tmp_path_factory.mktemp("standalone"))
+    proc = StandaloneProcess(tmp_path_factory.mktemp("standalone"), SMALL_STORE)
     proc.start()
     try:
         yield proc
