@@ -44,6 +44,7 @@ from pyrmq.common.errors import (
 from pyrmq.common.message import Message, MessageExt, MessageQueue, decode_offset_msg_id
 from pyrmq.common.results import PullStatus, SendResult
 from pyrmq.common.route import TopicRouteData, route_as_dict
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, TBW102
 from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -52,7 +53,6 @@ from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 #: Producer group of send_message.
 TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 #: The broker answers at most this many messages per pull of consume_message.
 _PULL_BATCH = 32
 #: How long query_msg_by_id waits for the store host an id names before it
@@ -376,7 +376,7 @@ class AdminClient:
         brokers = [broker_addr] if broker_addr else await self._masters(cluster)
         fields = {
             "topic": topic,
-            "defaultTopic": "TBW102",
+            "defaultTopic": TBW102,
             "readQueueNums": str(read_queue_nums),
             "writeQueueNums": str(write_queue_nums),
             "perm": str(perm),
@@ -409,10 +409,7 @@ class AdminClient:
 
     async def topic_list(self) -> list[str]:
         """Every topic the name server has a route for."""
-        data = await self.api.namesrv_json(
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, timeout=self.timeout
-        )
-        return sorted(str(t) for t in (data or {}).get("topicList") or ())
+        return await self.api.get_all_topic_list(self.timeout)
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         return await self._route(topic)

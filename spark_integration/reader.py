@@ -28,6 +28,7 @@ from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import MessageQueue, host_str
 from pyrmq.common.results import PullStatus
+from pyrmq.common.topics import is_system_topic
 from spark_integration import _runtime
 from spark_integration.options import (
     EARLIEST,
@@ -46,10 +47,6 @@ PULL_WINDOWS = 32
 CHUNK_OFFSETS = PULL_BATCH * PULL_WINDOWS * 4
 #: deadline of one request
 TIMEOUT = 10.0
-
-_SYSTEM_TOPIC = re.compile(
-    r"^(%RETRY%|%DLQ%|RMQ_SYS_|SCHEDULE_TOPIC_XXXX$|TBW102$|SELF_TEST_TOPIC$)"
-)
 
 
 class DataLossError(RuntimeError):
@@ -102,14 +99,9 @@ async def _topics(client: ClientInstance, opts: SourceOptions) -> list[str]:
         return list(opts.topics)
     if opts.assign is not None:
         return list(opts.assign)
-    from pyrmq.remoting import RequestCode
-
-    doc = await client.api.namesrv_json(
-        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, timeout=TIMEOUT
-    )
-    names = (doc or {}).get("topicList", []) if isinstance(doc, dict) else []
     pat = re.compile(opts.topic_pattern or "")
-    return sorted(t for t in names if pat.fullmatch(t) and not _SYSTEM_TOPIC.match(t))
+    names = await client.api.get_all_topic_list(TIMEOUT)
+    return [t for t in names if pat.fullmatch(t) and not is_system_topic(t)]
 
 
 async def discover(opts: SourceOptions, *, must_exist: bool = True) -> list[QueueRef]:

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import rmqcore
-from pyrmq.broker.topic_config import SCHEDULE_TOPIC
 from pyrmq.common.config_file import JsonStateFile
 from pyrmq.common.errors import DiskFullError, StoreError
+from pyrmq.common.topics import SCHEDULE_TOPIC
 from pyrmq.storage import MessageStore
 
 log = logging.getLogger("pyrmq.broker")

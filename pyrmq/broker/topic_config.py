@@ -13,6 +13,13 @@ from typing import Any
 import rmqcore
 from pyrmq.common.config_file import JsonStateFile
 from pyrmq.common.errors import MessageIllegalError, TopicNotExistError
+from pyrmq.common.topics import (
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    TBW102,
+)
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -20,33 +27,6 @@ PERM_PRIORITY = 8
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-
-TBW102 = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-#: topics producers may not send to (Java TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 @dataclasses.dataclass(slots=True)
@@ -263,6 +243,4 @@ __all__ = [
     "TopicConfig",
     "TopicConfigManager",
     "check_topic_name",
-    "dlq_topic",
-    "retry_topic",
 ]

@@ -17,9 +17,10 @@ from pyrmq.common.errors import BrokerError, QueryNotFoundError, RemotingError
 from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
 from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus
 from pyrmq.common.route import TopicRouteData
+from pyrmq.common.topics import TBW102
 from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
-DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC = TBW102
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 _DEFAULT_TOPIC_QUEUE_NUMS_STR = str(DEFAULT_TOPIC_QUEUE_NUMS)
 
@@ -95,6 +96,14 @@ class MQClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise _raise(resp, "name server")
         return json.loads(resp.body) if resp.body else None
+
+    async def get_all_topic_list(self, timeout: float = 5.0) -> list[str]:
+        """Every topic the name server has a route for, sorted
+        (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)."""
+        data = await self.namesrv_json(
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, timeout
+        )
+        return sorted(str(t) for t in (data or {}).get("topicList") or ())
 
     # -- broker: send ----------------------------------------------------------------
 

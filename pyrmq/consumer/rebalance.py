@@ -22,6 +22,7 @@ from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import RMQError
 from pyrmq.common.message import MessageQueue
 from pyrmq.common.subscription import SubscriptionData
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.consumer.allocate import AllocateMessageQueueStrategy
 from pyrmq.consumer.offset_store import OffsetStore, ReadOffsetType
 from pyrmq.consumer.process_queue import ProcessQueue
@@ -93,7 +94,7 @@ class RebalanceImpl:
                 self.topic_subscribe_info_table[topic] = set(route.subscribe_queues(topic))
             mq_set = self.topic_subscribe_info_table.get(topic)
         if not mq_set:
-            if not topic.startswith("%RETRY%"):
+            if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 log.warning("%s: no route for topic %s yet", self.consumer_group, topic)
             return False
         if self.message_model is MessageModel.BROADCASTING:
@@ -250,7 +251,7 @@ async def compute_pull_from_where(
         return off
     if off == -2:
         return -1
-    if mq.topic.startswith("%RETRY%"):
+    if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return 0
     addr = await client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
     if addr is None:

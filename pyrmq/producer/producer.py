@@ -36,6 +36,7 @@ from pyrmq.common.message import (
 )
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -308,7 +309,7 @@ class Producer:
                 )
             if PROPERTY_DELAY_TIME_LEVEL in m.properties:
                 raise ClientError("a batch cannot carry delayed messages (delay_level)")
-            if topic.startswith("%RETRY%"):
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 raise ClientError("a batch cannot be sent to a %RETRY% topic")
             uniq = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if not uniq:

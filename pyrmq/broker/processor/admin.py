@@ -16,19 +16,14 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, header_int, int_field, queue_id_field
-from pyrmq.broker.topic_config import (
-    NOT_ALLOWED_SEND_TOPICS,
-    TBW102,
-    TopicConfig,
-    TopicConfigManager,
-    check_topic_name,
-)
+from pyrmq.broker.topic_config import TopicConfig, TopicConfigManager, check_topic_name
 from pyrmq.common.errors import (
     BrokerSystemError,
     ConsumerNotOnlineError,
     MessageIllegalError,
     StoreError,
 )
+from pyrmq.common.topics import NOT_ALLOWED_SEND_TOPICS, TBW102
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore

@@ -13,8 +13,9 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, int_field, queue_id_field
-from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
+from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
+from pyrmq.common.topics import retry_topic
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection, HandlerResult
 from pyrmq.storage import MessageStore

@@ -20,17 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import rmqcore
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
-from pyrmq.broker.topic_config import (
-    NOT_ALLOWED_SEND_TOPICS,
-    PERM_READ,
-    PERM_WRITE,
-    RETRY_GROUP_TOPIC_PREFIX,
-    SCHEDULE_TOPIC,
-    TopicConfig,
-    TopicConfigManager,
-    dlq_topic,
-    retry_topic,
-)
+from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 from pyrmq.common.errors import (
     BrokerSystemError,
     DiskFullError,
@@ -40,6 +30,14 @@ from pyrmq.common.errors import (
     ServiceNotAvailableError,
     StoreError,
     SystemBusyError,
+)
+from pyrmq.common.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TBW102,
+    dlq_topic,
+    retry_topic,
 )
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
@@ -263,7 +261,7 @@ class SendMessageProcessor:
                 )
             else:
                 tc = self.topics.create_in_send(
-                    topic, f.get("defaultTopic", "TBW102"), _int(f, "defaultTopicQueueNums", 4)
+                    topic, f.get("defaultTopic", TBW102), _int(f, "defaultTopicQueueNums", 4)
                 )
         if not tc.writable:
             raise NoPermissionError(f"the topic[{topic}] sending message is forbidden")
