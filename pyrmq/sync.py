@@ -33,7 +33,7 @@ from pyrmq.producer.selector import MessageQueueSelector
 
 T = TypeVar("T")
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer", "run"]
+__all__ = ["Producer", "PullConsumer", "PushConsumer", "run", "submit"]
 
 
 class _LoopThread:
@@ -86,8 +86,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_LOOP.after_fork_in_child)
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run a coroutine on the facade loop and wait for its result."""
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start a coroutine on the facade loop and return at once: a
+    concurrent.futures.Future of its result (for overlapping work, such as
+    fetching the next chunk while this thread handles the current one)."""
     loop = _LOOP.loop()
     try:
         running = asyncio.get_running_loop()
@@ -96,7 +98,12 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     if running is loop:
         coro.close()
         raise ClientError("pyrmq.sync called from the facade's own event loop (a listener?)")
-    fut = asyncio.run_coroutine_threadsafe(coro, loop)
+    return asyncio.run_coroutine_threadsafe(coro, loop)
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run a coroutine on the facade loop and wait for its result."""
+    fut = submit(coro)
     try:
         return fut.result(timeout)
     except concurrent.futures.TimeoutError:

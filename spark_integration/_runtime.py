@@ -11,6 +11,7 @@ nothing."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -30,6 +31,11 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """Run a coroutine on this process's pyrmq loop thread (from a Spark
     task or planner thread, never from that loop)."""
     return sync.run(coro, timeout)
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start a coroutine on this process's pyrmq loop; a future of its result."""
+    return sync.submit(coro)
 
 
 def client(name_server: str) -> ClientInstance:

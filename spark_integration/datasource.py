@@ -97,11 +97,14 @@ def _check_loss(
     start: dict[QueueKey, int],
     bounds: dict[QueueKey, tuple[int, int]],
 ) -> dict[QueueKey, int]:
-    """Start offsets moved up to each queue's min offset; DataLossError
-    instead when failOnDataLoss (the default) and any had to move."""
+    """Start offsets moved into each queue's [min, max]; DataLossError
+    instead when failOnDataLoss (the default) and any had to move. Queues
+    with no bounds (gone from the route) are left as they are."""
     out = dict(start)
     for k, off in start.items():
-        lo, hi = bounds.get(k, (0, 0))
+        if k not in bounds:
+            continue
+        lo, hi = bounds[k]
         if off < lo or off > hi:
             if opts.fail_on_data_loss:
                 raise reader.DataLossError(
@@ -237,8 +240,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         refs, bounds = self._latest()
         for r in refs:
             s.setdefault(r.key, bounds[r.key][0])
-        s = {k: v for k, v in s.items() if k in e}
-        s = _check_loss(o, s, {k: bounds.get(k, (v, max(v, e[k]))) for k, v in s.items()})
+        s = _check_loss(o, {k: v for k, v in s.items() if k in e}, bounds)
         return _partitions(refs, s, e)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -293,8 +295,9 @@ def _rate_limit(
 
 @dataclass
 class SentCount(WriterCommitMessage):
+    """Rows a task sent (every one acknowledged: a failure fails the task)."""
+
     rows: int
-    failed: int
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):
@@ -307,7 +310,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
             check_write_schema(rb.schema.names, self.opts.topic)
             send_arrow(rb, self.opts)
             rows += rb.num_rows
-        return SentCount(rows, 0)
+        return SentCount(rows)
 
 
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
@@ -329,7 +332,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             extra = {"SPARK_BATCH_ID": str(batch_id)} if batch_id is not None else None
             send_arrow(rb, self.opts, ids=ids, extra_properties=extra)
             rows += rb.num_rows
-        return SentCount(rows, 0)
+        return SentCount(rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every row was acknowledged before its task ended: nothing left."""

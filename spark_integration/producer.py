@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ from spark_integration.options import (
     SinkOptions,
     sink_options,
 )
-from spark_integration.schema import RESULT_ARROW_TYPE, RESULT_SCHEMA_DDL
+from spark_integration.schema import RESULT_ARROW_TYPE, RESULT_SCHEMA_DDL, WRITE_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -105,12 +105,23 @@ class SendOutcome:
         )
 
 
-def _column(data: pa.RecordBatch | pa.StructArray, name: str) -> list[Any] | None:
-    if isinstance(data, pa.StructArray):
-        idx = data.type.get_field_index(name)
-        return None if idx < 0 else data.field(idx).to_pylist()
-    idx = data.schema.get_field_index(name)
-    return None if idx < 0 else data.column(idx).to_pylist()
+#: rows as columns: WRITE_COLUMNS name -> one value per row
+Columns = Mapping[str, Sequence[Any]]
+
+
+def arrow_columns(data: pa.RecordBatch | pa.StructArray) -> dict[str, list[Any]]:
+    """The WRITE_COLUMNS an Arrow batch (or struct column) has, as lists."""
+    out = {}
+    for name in WRITE_COLUMNS:
+        if isinstance(data, pa.StructArray):
+            idx = data.type.get_field_index(name)
+            if idx >= 0:
+                out[name] = data.field(idx).to_pylist()
+        else:
+            idx = data.schema.get_field_index(name)
+            if idx >= 0:
+                out[name] = data.column(idx).to_pylist()
+    return out
 
 
 def check_write_schema(names: Sequence[str], default_topic: str | None) -> None:
@@ -136,24 +147,25 @@ def deterministic_ids(seed: str, first_row: int, n: int) -> list[str]:
 
 
 async def send_rows(
-    data: pa.RecordBatch | pa.StructArray,
+    columns: Columns,
+    n: int,
     opts: SinkOptions,
     *,
     ids: list[str] | None = None,
     extra_properties: dict[str, str] | None = None,
 ) -> SendOutcome:
-    """Send every row of `data`; one result per row, in row order. Runs on
-    the pyrmq loop of this process; returns when every send has settled."""
-    n = len(data)
+    """Send `n` rows given as columns (`properties` values: a mapping or
+    (key, value) pairs); one result per row, in row order. Runs on the pyrmq
+    loop of this process; returns when every send has settled."""
     prod = await _runtime.producer(opts)
-    bodies = _column(data, "body")
+    bodies = columns.get("body")
     if bodies is None:
         raise OptionError("the rows to send need a 'body' column (binary or string)")
-    topics = _column(data, "topic")
-    tags = _column(data, "tags")
-    keys = _column(data, "keys")
-    props = _column(data, "properties")
-    sharding = _column(data, "shardingKey")
+    topics = columns.get("topic")
+    tags = columns.get("tags")
+    keys = columns.get("keys")
+    props = columns.get("properties")
+    sharding = columns.get("shardingKey")
     if ids is None:
         ids = [new_unique_id() for _ in range(n)]
     out = SendOutcome(
@@ -263,8 +275,9 @@ async def send_rows(
     return out
 
 
-def send_arrow(
-    data: pa.RecordBatch | pa.StructArray,
+def send_blocking(
+    columns: Columns,
+    n: int,
     opts: SinkOptions,
     *,
     ids: list[str] | None = None,
@@ -274,14 +287,26 @@ def send_arrow(
     raises SendFailed when fail-fast and a row failed."""
     timeout = opts.send_timeout_ms / 1000 * 3 + 60
     outcome = _runtime.run(
-        send_rows(data, opts, ids=ids, extra_properties=extra_properties), timeout
+        send_rows(columns, n, opts, ids=ids, extra_properties=extra_properties), timeout
     )
     if opts.fail_fast and outcome.failed:
         raise SendFailed(
-            f"{outcome.failed} of {len(data)} rows were not sent; first error: "
-            f"{outcome.first_error()}"
+            f"{outcome.failed} of {n} rows were not sent; first error: {outcome.first_error()}"
         )
     return outcome
+
+
+def send_arrow(
+    data: pa.RecordBatch | pa.StructArray,
+    opts: SinkOptions,
+    *,
+    ids: list[str] | None = None,
+    extra_properties: dict[str, str] | None = None,
+) -> SendOutcome:
+    """send_blocking of an Arrow batch's rows."""
+    return send_blocking(
+        arrow_columns(data), len(data), opts, ids=ids, extra_properties=extra_properties
+    )
 
 
 def _opts(
@@ -345,20 +370,10 @@ def row_producer_udf(
     opts = _opts(name_server, topic, producer_group, send_timeout_ms, fail_fast)
 
     def send_one(row):  # no hints: they would make Spark guess a pandas UDF
-        names = list(row.asDict().keys()) if hasattr(row, "asDict") else list(row.keys())
-        check_write_schema(names, opts.topic)
-        values = row.asDict() if hasattr(row, "asDict") else dict(row)
-        arrays = {}
-        for name, v in values.items():
-            if name == "properties" and v is not None:
-                arrays[name] = pa.array([list(v.items())], pa.map_(pa.string(), pa.string()))
-            elif name in ("body",) and isinstance(v, (bytes, bytearray)):
-                arrays[name] = pa.array([bytes(v)], pa.binary())
-            else:
-                arrays[name] = pa.array([v])
-        outcome = send_arrow(pa.RecordBatch.from_pydict(arrays), opts)
-        arr = outcome.to_arrow()
-        return arr.to_pylist()[0]
+        values = row.asDict()
+        check_write_schema(list(values), opts.topic)
+        outcome = send_blocking({k: [v] for k, v in values.items()}, 1, opts)
+        return outcome.to_arrow().to_pylist()[0]
 
     return udf(send_one, RESULT_SCHEMA_DDL)  # type: ignore[return-value]
 
@@ -384,6 +399,3 @@ def send_dataframe(
             yield pa.RecordBatch.from_struct_array(res)
 
     return df.mapInArrow(send, RESULT_SCHEMA_DDL)
-
-
-SendFunction = Callable[[pa.RecordBatch], SendOutcome]

@@ -14,6 +14,7 @@ the range is read exactly once."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -383,15 +384,10 @@ def read_range(
     if start >= end:
         return
     chunks = [(lo, min(lo + CHUNK_OFFSETS, end)) for lo in range(start, end, CHUNK_OFFSETS)]
-    import concurrent.futures
 
-    from pyrmq import sync
-
-    loop = sync._LOOP.loop()
-
-    def submit(i: int) -> concurrent.futures.Future[Any]:
+    def submit(i: int) -> concurrent.futures.Future[tuple[bytes, int | None]]:
         lo, hi = chunks[i]
-        return asyncio.run_coroutine_threadsafe(_fetch_chunk(ref, lo, hi, opts), loop)
+        return _runtime.submit(_fetch_chunk(ref, lo, hi, opts))
 
     include_props = opts.include_properties and "properties" in schema.names
     pending = submit(0)
