@@ -96,11 +96,13 @@ cdef dict _view_to_dict(rmq_record_view_t *v):
     }
 
 
-def decode_records(data, bint check_crc=True) -> list:
+def decode_records(data, bint check_crc=True, list corrupt=None) -> list:
     """Decode back-to-back records (a pull body, or a CommitLog range) into
     dicts with every stored field. Raises CorruptStoreError on a malformed
-    record or a CRC mismatch; stops at a blank or never-written record."""
-    return [rec for _, rec in iter_records(data, 0, check_crc)]
+    record or a CRC mismatch; stops at a blank or never-written record.
+    With a `corrupt` list, a record whose body fails its CRC is left out and
+    appended there as (position, record dict) instead of raising."""
+    return [rec for _, rec in iter_records(data, 0, check_crc, corrupt)]
 
 
 def iter_cq_units(data, long long first_index=0):
@@ -133,10 +135,12 @@ def live_mapped_files() -> int:
     return rmq_mapped_file_live_count()
 
 
-def iter_records(data, Py_ssize_t start=0, bint check_crc=True):
+def iter_records(data, Py_ssize_t start=0, bint check_crc=True, list corrupt=None):
     """Yield (position, record dict) for back-to-back records in data from
     start, stopping quietly at a blank or never-written record; a malformed
-    record or CRC mismatch raises CorruptStoreError naming its position."""
+    record or CRC mismatch raises CorruptStoreError naming its position (a
+    CRC mismatch goes to `corrupt` as (position, record dict) instead, and
+    the record is skipped, when that list is given)."""
     cdef const unsigned char[::1] mv = data
     cdef Py_ssize_t n = mv.shape[0], pos = start
     cdef rmq_record_view_t v
@@ -147,7 +151,11 @@ def iter_records(data, Py_ssize_t start=0, bint check_crc=True):
             return
         _raise_for(rc, f"record at byte {pos}")
         if check_crc and not rmq_record_crc_ok(&v):
-            raise CorruptStoreError(f"record at byte {pos}: body CRC mismatch", RMQ_ECORRUPT)
+            if corrupt is None:
+                raise CorruptStoreError(f"record at byte {pos}: body CRC mismatch", RMQ_ECORRUPT)
+            corrupt.append((pos, _view_to_dict(&v)))
+            pos += v.total_size
+            continue
         yield pos, _view_to_dict(&v)
         pos += v.total_size
 

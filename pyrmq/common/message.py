@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import rmqcore
-from pyrmq.common.errors import CorruptStoreError
 
 log = logging.getLogger("pyrmq.client")
 
@@ -276,25 +275,18 @@ def decode_messages(data: bytes | memoryview, broker_name: str = "") -> list[Mes
     queue goes on past it: a consumer never gets a corrupted message, and
     never retries one pull for ever. CorruptStoreError when the records do
     not even parse."""
-    try:
-        return [MessageExt(rec, broker_name) for rec in rmqcore.decode_records(data)]
-    except CorruptStoreError:
-        pass
-    out = []
-    for pos, rec in rmqcore.iter_records(data, 0, False):
-        body = rec["body"]
-        if rmqcore.body_crc(body) != rec["body_crc"] & 0x7FFFFFFF:
-            log.error(
-                "left out a corrupted message of %s queue %d at offset %d (byte %d of the "
-                "pull): its body fails its CRC",
-                rec["topic"],
-                rec["queue_id"],
-                rec["queue_offset"],
-                pos,
-            )
-            continue
-        out.append(MessageExt(rec, broker_name))
-    return out
+    corrupt: list[tuple[int, dict[str, Any]]] = []
+    records = rmqcore.decode_records(data, True, corrupt)
+    for pos, rec in corrupt:
+        log.error(
+            "left out a corrupted message of %s queue %d at offset %d (byte %d of the "
+            "pull): its body fails its CRC",
+            rec["topic"],
+            rec["queue_id"],
+            rec["queue_offset"],
+            pos,
+        )
+    return [MessageExt(rec, broker_name) for rec in records]
 
 
 def host_str(raw: bytes) -> str:
