@@ -35,6 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrmq.common.errors import SubscriptionParseFailedError
+from pyrmq.common.subscription import SubscriptionData
+
 EARLIEST = -2
 LATEST = -1
 
@@ -178,14 +181,12 @@ def name_server(options: Mapping[str, str]) -> str:
 
 
 def tags_of(expression: str) -> frozenset[str]:
-    """The tags of a TAG expression ('*' → empty: every tag)."""
-    e = expression.strip()
-    if e in ("", "*"):
-        return frozenset()
-    tags = frozenset(t.strip() for t in e.split("||") if t.strip())
-    if not tags:
-        raise OptionError(f"option subExpression={expression!r}: use * or TagA || TagB")
-    return tags
+    """The tags of a TAG expression ('*' → empty: every tag), parsed as the
+    client and broker parse subscriptions."""
+    try:
+        return frozenset(SubscriptionData.parse("", expression).tags_set)
+    except SubscriptionParseFailedError as e:
+        raise OptionError(f"option subExpression={expression!r}: {e}") from None
 
 
 def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
