@@ -13,6 +13,7 @@ from rmqcore._core import (  # noqa: F401
     decode_properties,
     decode_records,
     encode_batch,
+    encode_message_batch,
     encode_properties,
     iter_cq_units,
     iter_records,

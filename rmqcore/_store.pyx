@@ -393,28 +393,54 @@ cdef class MessageStoreCore:
         finally:
             rmq_mapped_file_unpin(mf)
 
-    def record_offsets(self, long long phys_offset, long long length) -> list:
-        """CommitLog offsets of the records in [phys_offset, phys_offset +
-        length), read in place (the records of one batch put: one segment)."""
+    def offset_msg_ids(self, bytes store_host, long long phys_offset, long long length) -> str:
+        """The offsetMsgIds (offset_msg_id) of the records in [phys_offset,
+        phys_offset + length), comma-joined: the msgId a batch put answers
+        with. Read in place (the records of one batch put: one segment)."""
         cdef rmq_mapped_file_t *mf
         cdef const uint8_t *p
         cdef int64_t avail
         cdef rmq_record_view_t v
-        cdef long long pos = 0
-        out = []
+        cdef long long pos = 0, off
+        cdef Py_ssize_t hl = PyBytes_GET_SIZE(store_host), idlen, n = 0, cap, k, w = 0
+        cdef const uint8_t *h = <const uint8_t *>PyBytes_AS_STRING(store_host)
+        cdef const char *hexd = b"0123456789ABCDEF"
+        cdef char *buf
+        if hl > 64:
+            raise ValueError("store_host is longer than 64 bytes")
+        idlen = 2 * (hl + 8)
         self._check()
         _raise_for(rmq_commit_log_read_pinned(&self._s.cl, phys_offset, &mf, &p, &avail),
                    f"no message at offset {phys_offset}")
+        buf = NULL
         try:
             if length > avail:
                 raise ValueError(f"range [{phys_offset}, {phys_offset + length}) crosses a segment")
+            # the smallest record is RECORD_FIXED_IPV4 bytes: room for every id
+            cap = (length // RMQ_RECORD_FIXED_IPV4 + 1) * (idlen + 1)
+            buf = <char *>malloc(cap)
+            if buf == NULL:
+                raise MemoryError()
             while pos < length:
                 _raise_for(rmq_record_decode(p + pos, length - pos, &v),
                            f"record at {phys_offset + pos}")
-                out.append(phys_offset + pos)
+                if n:
+                    buf[w] = 44  # ','
+                    w += 1
+                for k in range(hl):
+                    buf[w] = hexd[h[k] >> 4]
+                    buf[w + 1] = hexd[h[k] & 0xF]
+                    w += 2
+                off = phys_offset + pos
+                for k in range(7, -1, -1):
+                    buf[w] = hexd[(off >> (8 * k + 4)) & 0xF]
+                    buf[w + 1] = hexd[(off >> (8 * k)) & 0xF]
+                    w += 2
+                n += 1
                 pos += v.total_size
-            return out
+            return buf[:w].decode("ascii")
         finally:
+            free(buf)
             rmq_mapped_file_unpin(mf)
 
     def pin(self, long long phys_offset) -> SegmentPin:

@@ -374,6 +374,15 @@ class _UniqIdGenerator:
         seq = next(self._counter) & 0xFFFF
         return f"{self._prefix}{ms:08X}{seq:04X}"
 
+    def reserve(self, n: int) -> tuple[str, int]:
+        """(head, first counter value) for n ids made elsewhere (the batch
+        encoder in C): id k is head + the 4 hex digits of (first + k) &
+        0xFFFF; the counter moves on by n."""
+        head = self()[:-4]  # the prefix and the time, as a single id has them
+        seq = next(self._counter)
+        self._counter = itertools.count(seq + n)
+        return head, seq & 0xFFFF
+
 
 _local_ip_cache: list[str] = []
 

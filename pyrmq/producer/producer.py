@@ -27,7 +27,6 @@ from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import BrokerError, ClientError, RemotingError, StoreError
 from pyrmq.common.message import (
     COMPRESS_LEVEL,
-    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_COMPRESSED,
     Message,
@@ -293,38 +292,22 @@ class Producer:
         return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> tuple[str, bytes, str]:
-        """(topic, batch body, comma-joined unique ids) of a batch."""
+        """(topic, batch body, comma-joined unique ids) of a batch; the
+        messages are checked and encoded in one pass in C."""
         if not msgs:
             raise ClientError("the batch is empty")
         self._check_message(msgs[0])
         topic = msgs[0].topic
-        entries = []
-        ids = []
-        total = 0
-        for m in msgs:
-            self._check_message(m)
-            if m.topic != topic:
-                raise ClientError(
-                    f"every message of a batch must have one topic: {topic!r} and {m.topic!r}"
-                )
-            if PROPERTY_DELAY_TIME_LEVEL in m.properties:
-                raise ClientError("a batch cannot carry delayed messages (delay_level)")
-            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                raise ClientError("a batch cannot be sent to a %RETRY% topic")
-            uniq = m.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if not uniq:
-                uniq = new_unique_id()
-                m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-            ids.append(uniq)
-            props = rmqcore.encode_properties(m.properties)
-            entries.append((m.body, props, m.flag))
-            total += len(m.body) + len(props) + 20
-        if total > self.max_message_size:
-            raise ClientError(
-                f"the batch is {total} bytes; max_message_size is {self.max_message_size}: "
-                "split it into smaller batches"
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise ClientError("a batch cannot be sent to a %RETRY% topic")
+        head, seq = new_unique_id.reserve(len(msgs))
+        try:
+            body, ids = rmqcore.encode_message_batch(
+                list(msgs), topic, head, seq, self.max_message_size, Message
             )
-        return topic, rmqcore.encode_batch(entries), ",".join(ids)
+        except ValueError as e:
+            raise ClientError(str(e)) from None
+        return topic, body, ids
 
     def _job(
         self,

@@ -380,6 +380,55 @@ def test_encode_batch_is_the_spec_layout(entries: list[tuple[bytes, dict, int]])
     assert pos == len(data)
 
 
+class _Msg:
+    """Stands for pyrmq.Message: what encode_message_batch reads of one."""
+
+    __slots__ = ("body", "flag", "properties", "topic")
+
+    def __init__(self, topic: str, body: bytes, properties: dict, flag: int) -> None:
+        self.topic, self.body, self.properties, self.flag = topic, body, properties, flag
+
+
+@SETTINGS
+@given(entries=st.lists(st.tuples(st.binary(min_size=1, max_size=600), properties(), int32),
+                        min_size=1, max_size=8),
+       seq=st.integers(0, 2**32 - 1), with_ids=st.booleans())
+def test_encode_message_batch_is_encode_batch(entries: list, seq: int, with_ids: bool) -> None:
+    """The producer's one-pass encoder writes what encode_batch writes,
+    giving messages without a UNIQ_KEY head + 4 hex digits of seq, seq+1..."""
+    entries = [(b, {k: v for k, v in p.items() if k not in ("DELAY", "UNIQ_KEY")}, f)
+               for b, p, f in entries]
+    if with_ids:
+        for i, (_, p, _) in enumerate(entries):
+            p["UNIQ_KEY"] = f"ID{i}"
+    msgs = [_Msg("T", b, dict(p), f) for b, p, f in entries]
+    data, ids = rmqcore.encode_message_batch(msgs, "T", "HEAD", seq, 1 << 22, _Msg)
+    want = [f"ID{i}" if with_ids else f"HEAD{(seq + i) & 0xFFFF:04X}" for i in range(len(msgs))]
+    assert ids.split(",") == want
+    assert [m.properties["UNIQ_KEY"] for m in msgs] == want
+    assert data == rmqcore.encode_batch([(m.body, m.properties, m.flag) for m in msgs])
+
+
+def test_encode_message_batch_refusals() -> None:
+    def enc(*msgs: _Msg, max_size: int = 1000) -> None:
+        rmqcore.encode_message_batch(list(msgs), "T", "H", 0, max_size, _Msg)
+
+    for msgs, words in [
+        ((_Msg("T", b"a", {}, 0), _Msg("U", b"b", {}, 0)), "one topic.*message 1"),
+        ((_Msg("T", b"a", {}, 0), _Msg("T", b"", {}, 0)), "message 1 .*empty"),
+        ((_Msg("T", b"a", {"DELAY": "2"}, 0),), "delayed"),
+        ((_Msg("T", b"a", {"k": "x\x01y"}, 0),), "message 0 .*separator"),
+        ((_Msg("T", b"a", {"k": "v" * 40000}, 0),), "properties are"),
+        ((_Msg("T", b"a" * 1001, {}, 0),), "message 0 .*1001 bytes"),
+        ((_Msg("T", b"a" * 600, {}, 0), _Msg("T", b"a" * 600, {}, 0)), "split it"),
+        ((), "empty"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            enc(*msgs, max_size=1000 if words != "properties are" else 1 << 20)
+    with pytest.raises(TypeError, match=r"expected a pyrmq\.Message, got bytes"):
+        rmqcore.encode_message_batch([b"x"], "T", "H", 0, 1000, _Msg)
+
+
 @SETTINGS
 @given(before=messages(max_body=2000, max_size=4), entries=batch_entries,
        topic=topics, qid=st.integers(0, 3), born_host=hosts, born_ts=int64)

@@ -344,19 +344,13 @@ class SendMessageProcessor:
                 born_timestamp=born_ts,
                 born_host=born_host_of(conn),
             )
-        return self._answer(conn, cmd, r, ",".join(self._batch_msg_ids(r)), queue_id, props)
+        ids = self.store.core.offset_msg_ids(r.store_host, r.phys_offset, r.wrote_bytes)
+        return self._answer(conn, cmd, r, ids, queue_id, props)
 
     def shutdown(self) -> None:
         if self._inflater is not None:
             self._inflater.shutdown(wait=True, cancel_futures=True)
             self._inflater = None
-
-    def _batch_msg_ids(self, r: rmqcore.AppendResult) -> list[str]:
-        host = r.store_host
-        return [
-            rmqcore.offset_msg_id(host, off)
-            for off in self.store.core.record_offsets(r.phys_offset, r.wrote_bytes)
-        ]
 
     def _scheduled(self, topic: str, queue_id: int, props: str) -> tuple[str, int, str]:
         """Divert a DELAY message to SCHEDULE_TOPIC_XXXX (queue level - 1)."""
