@@ -270,8 +270,12 @@ class Connection(asyncio.Protocol):
         write with the others queued meanwhile (answers completed together,
         such as every send served by one group commit)."""
         if self._soon is None:
+            # the first leaves now (a lone request or answer is not held for
+            # a loop turn), those after it in this iteration together at its end
             self._soon = []
             asyncio.get_running_loop().call_soon(self._flush_soon)
+            self.send_bytes(cmd.encode())
+            return
         self._soon.append(cmd.encode())
 
     def _flush_soon(self) -> None:
