@@ -101,6 +101,8 @@ class Connection(asyncio.Protocol):
         self._soon: list[bytes] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._write_paused = False
+        #: holds on reading (hold_reading) not released yet
+        self._held = 0
         #: requests received while the peer was not reading our answers,
         #: served (in order) once it reads again
         self._backlog: list[RemotingCommand] = []
@@ -163,7 +165,25 @@ class Connection(asyncio.Protocol):
         else:
             self._resume_reading()
 
+    def hold_reading(self, until: asyncio.Future[Any]) -> None:
+        """Read nothing more from the peer until `until` is done: a
+        handler's backpressure (oneway sends while the disk lags, which
+        cannot be answered SYSTEM_BUSY). Requests already read are served."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self._held += 1
+        self.transport.pause_reading()
+
+        def release(_: asyncio.Future[Any]) -> None:
+            self._held -= 1
+            if not self._held and not self._write_paused and not self._backlog:
+                self._resume_reading()
+
+        until.add_done_callback(release)
+
     def _resume_reading(self) -> None:
+        if self._held:
+            return
         if self.transport is not None and not self.transport.is_closing():
             if self.frame_started is not None:  # the pause was ours, not the sender's
                 self.frame_started = time.monotonic()
@@ -391,7 +411,12 @@ class Connection(asyncio.Protocol):
         if now - self.last_active > max_idle:
             return f"idle for more than {max_idle:g}s"
         started = self.frame_started
-        if started is not None and not self._write_paused and now - started > frame_timeout:
+        if (
+            started is not None
+            and not self._write_paused
+            and not self._held
+            and now - started > frame_timeout
+        ):
             return (
                 f"a frame incomplete {now - started:.0f}s after its first byte "
                 f"(limit {frame_timeout:g}s; {self._decoder.buffered} bytes so far)"

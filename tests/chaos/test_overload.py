@@ -29,6 +29,7 @@ from pyrmq import (
     ConsumeFromWhere,
     Message,
     MessageExt,
+    MessageQueue,
     Producer,
     PushConsumer,
 )
@@ -38,6 +39,7 @@ from pyrmq.remoting import RequestCode
 from pyrmq.storage import FlushDiskType
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.cluster import ProcessCluster
+from tests.chaos._crash_helpers import Admin
 from tests.chaos._overload import (
     Collector,
     Ledger,
@@ -99,6 +101,59 @@ def test_sends_are_answered_system_busy_while_the_disk_lags(
             assert _stored(store, topic) == 5  # warm, 3 waiting, after: no refused one
 
     arun(main(), timeout=60)
+
+
+def test_oneway_sends_while_the_disk_lags_are_held_back_not_lost(
+    tmp_path: pathlib.Path, arun: Any
+) -> None:
+    """A oneway send cannot be answered SYSTEM_BUSY: its sender reads no
+    answer, so a refusal would lose it. With the disk hung (flush thread
+    held for 2 s) and the broker past sendThreadPoolQueueCapacity, oneway
+    sends are stored and their connection is read no further until they are
+    durable (TCP slows the sender); acked sends on another producer are
+    still refused [OVERLOAD]. Every oneway message is stored once, none was
+    answered, and the connection goes on when the disk is back."""
+
+    async def main() -> None:
+        async with LocalCluster(
+            str(tmp_path / "store"),
+            flush_disk_type=FlushDiskType.SYNC_FLUSH,
+            send_thread_pool_queue_capacity=3,
+        ) as c:
+            assert c.broker is not None and c.broker.store is not None
+            store = c.broker.store
+            sp = c.broker.send_processor
+            topic = "OnewayBusyT"
+            async with (
+                Producer("pg_ow", c.namesrv_addr) as ow,
+                Producer("pg_ack", c.namesrv_addr, retry_times_when_send_failed=0) as acked,
+            ):
+                await ow.send(Message(topic, b"warm"))
+                await acked.send(Message(topic, b"warm-2"))
+                stall = store._io.run("flush-commitlog", time.sleep, 2.0)  # the disk hangs
+                n = 3000
+                for i in range(n):
+                    await ow.send_oneway(Message(topic, b"ow-%d" % i))
+                await wait_until(lambda: sp.oneway_holds > 0, "a held connection", 10)
+                with pytest.raises(SystemBusyError, match=r"^\[OVERLOAD\]"):
+                    await acked.send(Message(topic, b"refused"))
+                refused = sp.busy_refusals
+                await stall
+                await wait_until(lambda: _stored(store, topic) == n + 2, "every oneway stored", 30)
+                assert sp.busy_refusals == refused == 1  # the acked send only
+                # the held connection reads again: a oneway after the stall arrives
+                await ow.send_oneway(Message(topic, b"after"))
+                await wait_until(lambda: _stored(store, topic) == n + 3, "the last one", 10)
+            bodies = []
+            async with Admin(c.namesrv_addr) as admin:
+                for q in range(16):
+                    mq = MessageQueue(topic, c.broker.config.broker_name, q)
+                    bodies += [m.body for m in await admin.read_queue(c.broker_addr, mq)]
+            assert sorted(bodies) == sorted(
+                [b"warm", b"warm-2", b"after"] + [b"ow-%d" % i for i in range(n)]
+            )
+
+    arun(main(), timeout=90)
 
 
 def test_a_cold_producers_concurrent_sends_share_one_route_lookup(

@@ -41,6 +41,7 @@ from pyrmq.common.topics import (
 )
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.command import FLAG_ONEWAY
 from pyrmq.remoting.connection import Connection, HandlerResult
 from pyrmq.storage import MessageStore
 from pyrmq.storage.message_store import encode_host
@@ -122,6 +123,8 @@ class SendMessageProcessor:
         self._inflater: ThreadPoolExecutor | None = None
         #: sends answered SYSTEM_BUSY (runtime info, tests)
         self.busy_refusals = 0
+        #: oneway sends taken while the disk lagged, their connection held
+        self.oneway_holds = 0
 
     # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
 
@@ -132,7 +135,7 @@ class SendMessageProcessor:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch") in _TRUE
         if not self.broker_permission & PERM_WRITE:
             raise NoPermissionError("the broker does not allow writes now")
-        if self._sync:
+        if self._sync and not cmd.flag & FLAG_ONEWAY:
             self._refuse_if_busy()
         topic = f.get("topic")
         if not topic:
@@ -208,20 +211,26 @@ class SendMessageProcessor:
         waited longer than osPageCacheBusyTimeOutMills, or the disk, at the
         speed of its recent slow flushes, would take longer than that for
         what is waiting (so a burst is not taken in only to time out)."""
+        busy = self._busy()
+        if busy is not None:
+            self.busy_refusals += 1
+            raise SystemBusyError(busy)
+
+    def _busy(self) -> str | None:
+        """The SYSTEM_BUSY remark while the disk lags (_refuse_if_busy)."""
         waiting, age, ahead = self.store.flush_backlog
         if waiting >= self.send_queue_capacity:
-            self.busy_refusals += 1
-            raise SystemBusyError(
+            return (
                 "[OVERLOAD]system busy, start flow control for a while "
                 f"({waiting} sends are waiting for the disk)"
             )
         if self.fast_failure and max(age, ahead) > self._busy_after:
-            self.busy_refusals += 1
-            raise SystemBusyError(
+            return (
                 "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, "
                 f"period in queue: {age * 1000:.0f}ms, size of queue: {waiting}, "
                 f"flush ahead: {ahead * 1000:.0f}ms"
             )
+        return None
 
     def _answer(
         self,
@@ -242,6 +251,16 @@ class SendMessageProcessor:
             "TRACE_ON": "true",
         }
         answer = cmd.response(ResponseCode.SUCCESS, ext)
+        if self._sync and cmd.flag & FLAG_ONEWAY:
+            # A oneway send cannot be answered SYSTEM_BUSY (its sender reads
+            # no answer: refused, it would be lost). It is stored; while the
+            # disk lags, its connection is read no further until it is
+            # durable, so TCP slows the sender down instead.
+            fut = self.store.durable_future(r)
+            if fut is not None and not fut.done() and self._busy() is not None:
+                self.oneway_holds += 1
+                conn.hold_reading(fut)
+            return None
         if self._sync and "WAIT\x01false" not in props:
             fut = self.store.durable_future(r)
             if fut is not None and not (fut.done() and fut.result()):
