@@ -177,11 +177,23 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         case("redis-everysec", "consume"),
         1.0,
     )
+    duel = (doc.get("parts", {}).get("3") or {}).get("duel") or {}
+    if duel.get("systems"):
+        d = duel["systems"]
+        add(
+            "one-at-a-time acknowledged send, p50 no worse than Redis XADD (ratio: Redis p50 / "
+            f"pyrmq p50; median of {duel['rounds']} alternating rounds, bench.duel)",
+            (d["pyrmq"]["median_p50_ms"], "awaited p50 ms, alternating"),
+            "redis-everysec",
+            (d["redis-everysec"]["median_p50_ms"], "awaited p50 ms, alternating"),
+            1.0,
+            lower_is_better=True,
+        )
     aw = find(py, "awaited", size)
     pr = find(s.get("redis-everysec"), "awaited", size)
     add(
         "one-at-a-time acknowledged send, p50 no worse than Redis XADD (ratio: Redis p50 / "
-        "pyrmq p50)",
+        "pyrmq p50; " + ("parts 2 and 3, minutes apart)" if duel.get("systems") else "parts 2, 3)"),
         (aw["p50_ms"] if aw else None, "awaited p50 ms"),
         "redis-everysec",
         (pr["p50_ms"] if pr else None, "awaited p50 ms"),
@@ -189,6 +201,34 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         lower_is_better=True,
     )
     return out
+
+
+def duel_md(duel: dict[str, Any]) -> str:
+    if duel.get("skipped"):
+        return f"skipped: {duel['skipped']}"
+    d = duel["systems"]
+    rows = [
+        [
+            name,
+            ", ".join(f"{x:.3f}" for x in v["p50_ms_per_round"]),
+            _n(v["median_p50_ms"], 3),
+            _n(v["pooled_p50_ms"], 3),
+            _n(v["pooled_p99_ms"], 3),
+            _n(v["sends"], 0),
+        ]
+        for name, v in d.items()
+    ]
+    return (
+        f"Both servers up at once, one client alternating {duel['rounds']} rounds of "
+        f"{duel['seconds']:g} s ({duel['body']} B, order swapped every round; `bench.duel`). "
+        f"Ratio Redis ÷ pyrmq of the median p50: {_r(duel['ratio'])}; pyrmq's p50 was the "
+        f"lower in {duel['pyrmq_faster_rounds']} of {duel['rounds']} rounds.\n\n"
+        + table(
+            ["system", "p50 per round, ms", "median p50", "pooled p50", "pooled p99", "sends"],
+            rows,
+            "llrrrr",
+        )
+    )
 
 
 def targets_md(rows: list[dict[str, Any]]) -> str:
@@ -431,6 +471,11 @@ def render(doc: dict[str, Any]) -> str:
                     f"**{SYSTEMS[name]}**: {d.get('server', '')}, {d.get('client', '')}; "
                     f"{d.get('durability', '')}\n\n" + system_md(d)
                 )
+        if parts["3"].get("duel"):
+            out.append(
+                "### Awaited send latency, pyrmq and Redis alternating\n\n"
+                + duel_md(parts["3"]["duel"])
+            )
     for part, title in (("4", "4. Backlog and recovery"), ("5", "5. Scale")):
         p = parts.get(part)
         if p is None:

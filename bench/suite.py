@@ -17,7 +17,9 @@ Parts (bench/README.md, "Suite and peers", says what every figure means):
    capacity under pre-encoded load; pull throughput; latency).
 3. Peers (bench.peers): NATS JetStream, Redis Streams (AOF everysec and
    always), RabbitMQ streams, each started here and driven by its usual
-   Python client through the same cases, counts and sizes as part 2's.
+   Python client through the same cases, counts and sizes as part 2's;
+   then bench.duel: awaited-send latency of pyrmq and Redis (everysec)
+   in alternating rounds, both servers up (the latency target's figure).
 4. Backlog and recovery (bench.backlog), 5. scale (bench.scale), when
    those modules are present.
 
@@ -248,6 +250,12 @@ def part_peers(
                 "traceback": traceback.format_exc(),
             }
             doc["errors"].append({"part": "3", "error": f"{name}: {e!r}"})
+        save()
+    if "redis-everysec" in peers:
+        from bench import duel
+
+        log("part 3: awaited latency, pyrmq and Redis alternating (bench.duel)")
+        res["duel"] = duel.run(work, rounds=4 if budget.awaited_seconds < 1 else 10, log=log)
         save()
     return res
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import _e2e, _report, client_bench
+from bench import _e2e, _report, client_bench, duel
 from bench.peers import PEERS, _servers, missing, run_peer
 
 TINY = dataclasses.replace(
@@ -88,7 +88,7 @@ def test_client_bench_and_report(tmp_path: pathlib.Path) -> None:
         doc, "pyrmq", {"pipelined", "batched", "oneway"}, {"consume(push)", "consume(poll)"}
     )
     oneway = next(r for r in doc["rows"] if r["case"] == "oneway")
-    assert 0 <= oneway["lost"] <= oneway["sent"]
+    assert oneway["lost"] == 0, oneway  # every oneway message stored
     suite = {
         "suite": {"quick": True, "budget": dataclasses.asdict(TINY)},
         "parts": {
@@ -118,3 +118,25 @@ def test_client_bench_and_report(tmp_path: pathlib.Path) -> None:
     assert {"produce_throughput.png", "consume_throughput.png", "latency.png"} <= set(names)
     for n in names:
         assert (tmp_path / n).stat().st_size > 1000
+
+
+def test_duel(tmp_path: pathlib.Path) -> None:
+    """bench.duel: pyrmq and Redis alternating, its target row and section."""
+    why = missing("redis-everysec")
+    if why:
+        pytest.skip(why)
+    d = duel.run(str(tmp_path), rounds=2, seconds=0.1)
+    assert set(d["systems"]) == {"pyrmq", "redis-everysec"}
+    for v in d["systems"].values():
+        assert len(v["p50_ms_per_round"]) == 2 and v["sends"] > 0
+        assert 0 < v["pooled_p50_ms"] <= v["pooled_p99_ms"]
+    assert d["ratio"] > 0 and 0 <= d["pyrmq_faster_rounds"] <= 2
+    suite = {
+        "suite": {"quick": True, "budget": dataclasses.asdict(TINY)},
+        "parts": {"3": {"systems": {}, "duel": d}},
+        "errors": [],
+    }
+    rows = [t for t in _report.targets(suite) if "alternating" in t["target"]]
+    assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(d["ratio"], rel=0.01)
+    assert "pyrmq and Redis alternating" in _report.render(suite)
+    assert not list(tmp_path.iterdir()), "data directories were not removed"
