@@ -482,6 +482,8 @@ async def _preload(addr: str, topic: str, queues: int, per_queue: int, body_len:
 def preload(server: Server, topic: str, queues: int, per_queue: int, body_len: int = 128,
             batch: int = 256, window: int = 16) -> dict[str, Any]:
     create_topic(server.broker, topic, queues)
+    # a batch stays within 1 MiB (256 x 16 KiB would pass maxMessageSize, 4 MiB)
+    batch = max(1, min(batch, (1 << 20) // (body_len + 128)))
     secs = asyncio.run(_preload(server.broker, topic, queues, per_queue, body_len, batch, window))
     with BlockingClient(server.broker) as c:
         offs = max_offsets(c, topic, queues)
