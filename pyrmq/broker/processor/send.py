@@ -10,12 +10,11 @@ compressed or not, with the flag kept."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import zlib
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 import rmqcore
 from pyrmq.broker.processor.headers import header_int
@@ -174,7 +173,7 @@ class SendMessageProcessor:
             )
         if batch:
             return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props)
-        with _store_errors():
+        with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
                 if reconsume >= max_times:
@@ -354,7 +353,7 @@ class SendMessageProcessor:
         props: str,
         body: bytes,
     ) -> HandlerResult:
-        with _store_errors():
+        with _STORE_ERRORS:
             r = self.store.put_messages_nowait(
                 topic,
                 queue_id,
@@ -433,7 +432,7 @@ class SendMessageProcessor:
             props["REAL_TOPIC"] = topic
             props["REAL_QID"] = str(queue_id)
             topic, queue_id = SCHEDULE_TOPIC, level - 1
-        with _store_errors():
+        with _STORE_ERRORS:
             put_copy(self.store, msg, topic, queue_id, props, reconsume + 1)
         return cmd.response(ResponseCode.SUCCESS)
 
@@ -454,27 +453,41 @@ def _durable_answer(answer: RemotingCommand, f: asyncio.Future[bool]) -> Remotin
     return answer
 
 
-@contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
-    """Store exceptions of a put as the RocketMQ codes a producer expects."""
-    try:
-        yield
-    except IllegalMessageError as e:
-        raise MessageIllegalError(str(e)) from None
-    except DiskFullError as e:
-        # RocketMQ's words first: "service not available now. It may be
-        # caused by one of the following reasons: the broker's disk is full
-        # [CL: ...], ..."; then what exactly refused
-        raise ServiceNotAvailableError(
-            f"service not available now: the broker's disk is full [{e}]; free space or let "
-            "retention delete expired files"
-        ) from None
-    except StoreError as e:
-        raise BrokerSystemError(f"store error: {e}") from None
-    except OSError as e:
-        # the put's only system calls create the next CommitLog or
-        # ConsumeQueue file: out of descriptors (EMFILE), of memory for the
-        # mapping, an I/O error (RocketMQ's CREATE_MAPPEDFILE_FAILED)
-        raise BrokerSystemError(
-            f"create mapped file failed, server is busy or broken: {e}"
-        ) from None
+class _StoreErrors:
+    """`with _STORE_ERRORS:` store exceptions of a put as the RocketMQ
+    codes a producer expects (a class, not a generator context manager: it
+    is on every send's path)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, tp: type[BaseException] | None, e: BaseException | None, tb: object
+    ) -> Literal[False]:
+        if e is None:
+            return False
+        if isinstance(e, IllegalMessageError):
+            raise MessageIllegalError(str(e)) from None
+        if isinstance(e, DiskFullError):
+            # RocketMQ's words first: "service not available now. It may be
+            # caused by one of the following reasons: the broker's disk is
+            # full [CL: ...], ..."; then what exactly refused
+            raise ServiceNotAvailableError(
+                f"service not available now: the broker's disk is full [{e}]; free space or "
+                "let retention delete expired files"
+            ) from None
+        if isinstance(e, StoreError):
+            raise BrokerSystemError(f"store error: {e}") from None
+        if isinstance(e, OSError):
+            # the put's only system calls create the next CommitLog or
+            # ConsumeQueue file: out of descriptors (EMFILE), of memory for
+            # the mapping, an I/O error (RocketMQ's CREATE_MAPPEDFILE_FAILED)
+            raise BrokerSystemError(
+                f"create mapped file failed, server is busy or broken: {e}"
+            ) from None
+        return False
+
+
+_STORE_ERRORS = _StoreErrors()
