@@ -417,6 +417,49 @@ def evict(root: pathlib.Path) -> int:
     return n
 
 
+_VMSTAT_KEYS = (
+    "pgscan_kswapd",
+    "pgscan_direct",
+    "pgsteal_kswapd",
+    "pgsteal_direct",
+    "pgmajfault",
+    "pgfault",
+    "allocstall_normal",
+    "allocstall_movable",
+    "pgpgin",
+    "pgpgout",
+    "workingset_refault_file",
+)
+
+
+def vmstat() -> dict[str, int]:
+    """Page reclaim and fault counters of /proc/vmstat (the machine's)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k in _VMSTAT_KEYS:
+                    out[k] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def meminfo_mib() -> dict[str, int]:
+    """MemTotal, MemFree, MemAvailable, Cached and Dirty of /proc/meminfo, MiB."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty"):
+                    out[k] = int(v.split()[0]) // 1024
+    except OSError:
+        pass
+    return out
+
+
 def resident_mib(directory: pathlib.Path) -> float | None:
     """Page-cache-resident MiB of the files in directory (fincore), or None."""
     exe = shutil.which("fincore")
@@ -578,9 +621,12 @@ class _Run:
             f"produce {b.produce_s:.0f} s"
         )
         before = queued(self.srv)
+        mem = meminfo_mib()
+        vm0 = vmstat()
         produce = bl.send_load(
             self.srv, TOPIC, QUEUES, BODY_LEN, 2, 4, 256, b.warmup_s, b.produce_s
         )
+        vm_produce = {k: v - vm0.get(k, 0) for k, v in vmstat().items()}
         after = queued(self.srv)
         per_q = max(
             32, min(b.read_msgs // QUEUES, min(a - s for a, s in zip(after, before, strict=True)))
@@ -615,6 +661,11 @@ class _Run:
             "files": counts,
             "bytes": sizes,
             "disk_free_gib": round(free / cl.GIB, 1),
+            # the machine's memory before the produce window, and the page
+            # reclaim and faults during it (why a store larger than the free
+            # memory writes slower: each new page is reclaimed first)
+            "mem_before_mib": mem,
+            "vm_produce": vm_produce,
         }
         self.steps.append(row)
         cl.log(
