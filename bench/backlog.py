@@ -432,32 +432,30 @@ _VMSTAT_KEYS = (
 )
 
 
-def vmstat() -> dict[str, int]:
-    """Page reclaim and fault counters of /proc/vmstat (the machine's)."""
+def _proc_numbers(path: str, keys: tuple[str, ...], sep: str) -> dict[str, int]:
+    """The first number after `sep` on the lines of a /proc file whose name
+    is one of keys ({} where the file cannot be read)."""
     out: dict[str, int] = {}
     try:
-        with open("/proc/vmstat") as f:
+        with open(path) as f:
             for line in f:
-                k, _, v = line.partition(" ")
-                if k in _VMSTAT_KEYS:
-                    out[k] = int(v)
+                k, _, v = line.partition(sep)
+                if k in keys:
+                    out[k] = int(v.split()[0])
     except OSError:
         pass
     return out
+
+
+def vmstat() -> dict[str, int]:
+    """Page reclaim and fault counters of /proc/vmstat (the machine's)."""
+    return _proc_numbers("/proc/vmstat", _VMSTAT_KEYS, " ")
 
 
 def meminfo_mib() -> dict[str, int]:
     """MemTotal, MemFree, MemAvailable, Cached and Dirty of /proc/meminfo, MiB."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k in ("MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty"):
-                    out[k] = int(v.split()[0]) // 1024
-    except OSError:
-        pass
-    return out
+    keys = ("MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty")
+    return {k: kib // 1024 for k, kib in _proc_numbers("/proc/meminfo", keys, ":").items()}
 
 
 def resident_mib(directory: pathlib.Path) -> float | None:
