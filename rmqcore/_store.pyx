@@ -26,9 +26,33 @@ cdef inline const uint8_t *_text(object s, Py_ssize_t *n) except NULL:
     raise TypeError(f"expected str or bytes, got {type(s).__name__}")
 
 
+cdef inline Py_ssize_t _put_offset_msg_id(char *buf, const uint8_t *host, Py_ssize_t hl,
+                                          long long off) noexcept:
+    # RocketMQ's offsetMsgId: upper-case hex of the store host's bytes (ip,
+    # port) then of the CommitLog offset as 8 big-endian bytes; returns the
+    # characters written (2 * (hl + 8))
+    cdef const char *hexd = b"0123456789ABCDEF"
+    cdef Py_ssize_t k, w = 0
+    cdef unsigned long long u = <unsigned long long>off
+    for k in range(hl):
+        buf[w] = hexd[host[k] >> 4]
+        buf[w + 1] = hexd[host[k] & 0xF]
+        w += 2
+    for k in range(7, -1, -1):
+        buf[w] = hexd[(u >> (8 * k + 4)) & 0xF]
+        buf[w + 1] = hexd[(u >> (8 * k)) & 0xF]
+        w += 2
+    return w
+
+
 def offset_msg_id(bytes store_host, long long phys_offset) -> str:
     """RocketMQ's offsetMsgId: hex of store host (ip + port) and offset."""
-    return (store_host + phys_offset.to_bytes(8, "big", signed=True)).hex().upper()
+    cdef char buf[160]
+    cdef Py_ssize_t hl = PyBytes_GET_SIZE(store_host)
+    if hl > 64:
+        raise ValueError("store_host is longer than 64 bytes")
+    n = _put_offset_msg_id(buf, <const uint8_t *>PyBytes_AS_STRING(store_host), hl, phys_offset)
+    return buf[:n].decode("ascii")
 
 
 cdef class AppendResult:
@@ -401,10 +425,9 @@ cdef class MessageStoreCore:
         cdef const uint8_t *p
         cdef int64_t avail
         cdef rmq_record_view_t v
-        cdef long long pos = 0, off
-        cdef Py_ssize_t hl = PyBytes_GET_SIZE(store_host), idlen, n = 0, cap, k, w = 0
+        cdef long long pos = 0
+        cdef Py_ssize_t hl = PyBytes_GET_SIZE(store_host), idlen, n = 0, cap, w = 0
         cdef const uint8_t *h = <const uint8_t *>PyBytes_AS_STRING(store_host)
-        cdef const char *hexd = b"0123456789ABCDEF"
         cdef char *buf
         if hl > 64:
             raise ValueError("store_host is longer than 64 bytes")
@@ -427,15 +450,7 @@ cdef class MessageStoreCore:
                 if n:
                     buf[w] = 44  # ','
                     w += 1
-                for k in range(hl):
-                    buf[w] = hexd[h[k] >> 4]
-                    buf[w + 1] = hexd[h[k] & 0xF]
-                    w += 2
-                off = phys_offset + pos
-                for k in range(7, -1, -1):
-                    buf[w] = hexd[(off >> (8 * k + 4)) & 0xF]
-                    buf[w + 1] = hexd[(off >> (8 * k)) & 0xF]
-                    w += 2
+                w += _put_offset_msg_id(buf + w, h, hl, phys_offset + pos)
                 n += 1
                 pos += v.total_size
             return buf[:w].decode("ascii")

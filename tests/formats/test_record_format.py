@@ -508,3 +508,12 @@ def test_transaction_records_take_no_queue_offset(base: str, tx: int) -> None:
         assert core.max_offset_in_queue("T", 0) == 2
         g = core.get_message("T", 0, 0, 32)
         assert g.ranges == [(a.phys_offset, a.wrote_bytes), (b.phys_offset, b.wrote_bytes)]
+
+
+@SETTINGS
+@given(host=hosts, off=int64)
+def test_offset_msg_id_is_hex_of_host_and_offset(host: bytes, off: int) -> None:
+    """offsetMsgId: upper-case hex of the store host's bytes and the 8-byte
+    big-endian CommitLog offset (RocketMQ's MessageDecoder.createMessageId)."""
+    want = (host + off.to_bytes(8, "big", signed=True)).hex().upper()
+    assert rmqcore.offset_msg_id(host, off) == want
