@@ -38,14 +38,29 @@ def encode_properties(props) -> bytes:
     """Encode a mapping as the properties string: name 0x01 value 0x02 ..."""
     if not props:
         return b""
-    parts = []
+    return _encode_props(props, -1)
+
+
+cdef inline bytes _prop_text(object x):
+    if isinstance(x, str):
+        return (<str>x).encode()
+    return str(x).encode()
+
+
+cdef bytes _encode_props(object props, Py_ssize_t batch_index):
+    # the properties string of a mapping (section 3); a name or value holding
+    # a separator byte is refused, naming the batch message when index >= 0
+    cdef list parts = []
+    cdef bytes kb, vb
     for k, v in props.items():
-        ks = str(k)
-        vs = str(v)
-        if "\x01" in ks or "\x02" in ks or "\x01" in vs or "\x02" in vs:
-            raise ValueError(f"property {ks!r} contains a reserved separator byte (0x01 or 0x02)")
-        parts.append(f"{ks}\x01{vs}\x02")
-    return "".join(parts).encode()
+        kb = _prop_text(k)
+        vb = _prop_text(v)
+        if b"\x01" in kb or b"\x02" in kb or b"\x01" in vb or b"\x02" in vb:
+            where = f"message {batch_index} of the batch: " if batch_index >= 0 else ""
+            raise ValueError(
+                f"{where}property {str(k)!r} contains a reserved separator byte (0x01 or 0x02)")
+        parts.append(kb + b"\x01" + vb + b"\x02")
+    return b"".join(parts)
 
 
 def decode_properties(data) -> dict:
@@ -105,35 +120,11 @@ cdef bytes _write_batch(list bodies, list props, list flags, Py_ssize_t total):
     return out
 
 
-cdef inline bytes _prop_text(object x):
-    if isinstance(x, str):
-        return (<str>x).encode()
-    return str(x).encode()
-
-
 cdef inline void _put_be32(unsigned char *p, uint32_t v):
     p[0] = (v >> 24) & 0xFF
     p[1] = (v >> 16) & 0xFF
     p[2] = (v >> 8) & 0xFF
     p[3] = v & 0xFF
-
-
-cdef bytes _encode_props_checked(dict props, Py_ssize_t i):
-    # encode_properties for one message of a batch, the error naming it
-    cdef list parts = []
-    cdef bytes kb, vb
-    for k, v in props.items():
-        kb = _prop_text(k)
-        vb = _prop_text(v)
-        if b"\x01" in kb or b"\x02" in kb or b"\x01" in vb or b"\x02" in vb:
-            raise ValueError(
-                f"message {i} of the batch: property {k!r} contains a reserved separator "
-                "byte (0x01 or 0x02)")
-        parts.append(kb)
-        parts.append(b"\x01")
-        parts.append(vb)
-        parts.append(b"\x02")
-    return b"".join(parts)
 
 
 def encode_message_batch(list msgs, str topic, str id_head, uint32_t seq,
@@ -191,7 +182,7 @@ def encode_message_batch(list msgs, str topic, str id_head, uint32_t seq,
             uniq = idbuf[:hl + 4].decode("ascii")
             pd["UNIQ_KEY"] = uniq
         ids[i] = uniq
-        pb = _encode_props_checked(pd, i)
+        pb = _encode_props(pd, i)
         plen = len(pb)
         if plen > RMQ_MAX_PROPERTIES_LENGTH:
             raise ValueError(
