@@ -28,7 +28,7 @@ import dataclasses
 import os
 import resource
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 MIB = 1 << 20
@@ -128,10 +128,10 @@ def process_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def group_cpu_s(pgid: int) -> float:
-    """user + system CPU seconds of every live process in process group
-    `pgid` (a server started with start_new_session: its PID is its group)."""
-    total = 0
+def group_stats(pgid: int) -> Iterator[list[str]]:
+    """The /proc/<pid>/stat fields after the command name (state first) of
+    every process in process group `pgid` (a server started with
+    start_new_session: its PID is its group)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -141,8 +141,12 @@ def group_cpu_s(pgid: int) -> float:
         except OSError:
             continue
         if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / _CLK_TCK
+            yield fields
+
+
+def group_cpu_s(pgid: int) -> float:
+    """user + system CPU seconds of every live process in process group `pgid`."""
+    return sum(int(f[11]) + int(f[12]) for f in group_stats(pgid)) / _CLK_TCK
 
 
 def pct(sorted_xs: list[float], p: float) -> float:

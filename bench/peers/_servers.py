@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 
-from bench._e2e import group_cpu_s
+from bench._e2e import group_cpu_s, group_stats
 
 RABBIT_BIN = "/usr/lib/rabbitmq/bin"
 
@@ -115,17 +115,7 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any process of group `pgid` is alive (zombies excluded)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return any(f[0] != "Z" for f in group_stats(pgid))
 
 
 def _wait(
