@@ -123,15 +123,7 @@ class PyrmqAdapter:
             if clock.n >= n:
                 done.set()
 
-        c = PushConsumer(
-            f"bench-push-{stream}",
-            self.srv.namesrv,
-            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-            consume_message_batch_max_size=32,
-        )
-        c.subscribe(stream)
-        c.register_message_listener(listener)
-        await c.start()
+        c = await self._push_consumer(f"bench-push-{stream}", stream, listener)
         try:
             async with asyncio.timeout(budget.consume_seconds):
                 await done.wait()
@@ -166,8 +158,16 @@ class PyrmqAdapter:
             for m in msgs:
                 probe.saw(m.body)
 
+        c = await self._push_consumer(f"bench-lat-{stream}", stream, listener)
+        return c.shutdown
+
+    async def _push_consumer(
+        self, group: str, stream: str, listener: Callable[..., Awaitable[None]]
+    ) -> PushConsumer:
+        """A started PushConsumer of `stream` from its first offset, 32
+        messages per listener call."""
         c = PushConsumer(
-            f"bench-lat-{stream}",
+            group,
             self.srv.namesrv,
             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
             consume_message_batch_max_size=32,
@@ -175,7 +175,7 @@ class PyrmqAdapter:
         c.subscribe(stream)
         c.register_message_listener(listener)
         await c.start()
-        return c.shutdown
+        return c
 
     def fire(self, stream: str, flow: Flow) -> Callable[[bytes], Awaitable[None]]:
         send_async = self.p.send_async
