@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rmqcore
-from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
+from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import RMQError, StoreError
 from pyrmq.common.message import MessageExt, MessageQueue
-from pyrmq.common.results import PullStatus
 from pyrmq.remoting import RemotingClient, RequestCode
-from tests._reading import read_queue
+from tests._reading import pull_all, read_queue
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -91,33 +90,15 @@ async def read_served(admin: Admin, broker_addr: str, mq: MessageQueue) -> Serve
     its CRC checked here (not by the client's decoder, which would raise), so
     a corrupted record the broker serves is counted, not an exception."""
     out = Served()
-    offset = 0
-    for _ in range(10_000):
-        r = await admin.api.pull_message(
-            broker_addr,
-            mq,
-            consumer_group="chaos-reader",
-            queue_offset=offset,
-            max_msg_nums=32,
-            sys_flag=PULL_FLAG_SUBSCRIPTION,
-            commit_offset=0,
-            suspend_timeout_ms=0,
-            subscription="*",
-            sub_version=0,
-            timeout=10.0,
-            raw=True,
-        )
-        if r.pull_status is PullStatus.FOUND:
-            try:
-                for _, rec in rmqcore.iter_records(r.body or b"", 0, False):
-                    rec["crc_ok"] = rmqcore.body_crc(rec["body"]) == rec["body_crc"]
-                    out.records.append(rec)
-            except StoreError:
-                out.malformed += 1
-        elif r.next_begin_offset <= offset:
-            return out
-        offset = r.next_begin_offset
-    raise AssertionError(f"{mq} did not end within 10,000 pulls")
+    reads = pull_all(admin.api, broker_addr, mq, group="chaos-reader", raw=True, missing_ok=False)
+    async for r in reads:
+        try:
+            for _, rec in rmqcore.iter_records(r.body or b"", 0, False):
+                rec["crc_ok"] = rmqcore.body_crc(rec["body"]) == rec["body_crc"]
+                out.records.append(rec)
+        except StoreError:
+            out.malformed += 1
+    return out
 
 
 def persisted_offsets(store_dir: pathlib.Path, topic: str, group: str) -> dict[int, int]:
