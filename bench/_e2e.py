@@ -122,6 +122,15 @@ def body_of(size: int) -> bytes:
 # -- CPU and rows -------------------------------------------------------------------
 
 
+def file_tail(path: str, lines: int = 30) -> str:
+    """The last `lines` lines of a (log) file, or why it cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"<{e}>"
+
+
 def process_cpu_s() -> float:
     """user + system CPU seconds of this process (all its threads)."""
     r = resource.getrusage(resource.RUSAGE_SELF)

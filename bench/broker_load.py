@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import rmqcore
+from bench._e2e import file_tail
 from pyrmq.remoting.command import FrameDecoder, RemotingCommand, decode_frame
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,11 +83,7 @@ class Server:
         return proc_cpu_s(self.pid)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError as e:
-            return f"<{e}>"
+        return file_tail(self.log_path, lines)
 
 
 def proc_cpu_s(pid: int) -> float:

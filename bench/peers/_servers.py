@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 
-from bench._e2e import group_cpu_s, group_stats
+from bench._e2e import file_tail, group_cpu_s, group_stats
 
 RABBIT_BIN = "/usr/lib/rabbitmq/bin"
 
@@ -54,11 +54,7 @@ class PeerServer:
         return group_cpu_s(self.pid)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError as e:
-            return f"<{e}>"
+        return file_tail(self.log_path, lines)
 
 
 def missing_binary(name: str) -> str | None:
@@ -130,21 +126,14 @@ def _wait(
         if proc.poll() is not None:
             raise RuntimeError(
                 f"{what} exited with {proc.returncode} before it was ready; "
-                f"log {log_path}:\n{_tail(log_path)}"
+                f"log {log_path}:\n{file_tail(log_path, 20)}"
             )
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"{what} not ready within {timeout:.0f} s; log {log_path}:\n{_tail(log_path)}"
+                f"{what} not ready within {timeout:.0f} s; "
+                f"log {log_path}:\n{file_tail(log_path, 20)}"
             )
         time.sleep(0.05)
-
-
-def _tail(path: str, lines: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError as e:
-        return f"<{e}>"
 
 
 def _popen(
