@@ -1044,11 +1044,17 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
         if (s->index) {
             rmq_index_service_truncate(s->index, end);
             int64_t iend = rmq_index_service_end_phy_offset(s->index);
-            index_from = iend < 0 ? 0 : iend + 1;
+            /* The last indexed record may have only some of its keys in the
+             * index: a crash between them, or the rest in a later IndexFile
+             * dropped as damaged. Then it is indexed again (a query answers
+             * an offset once, so a key indexed twice is harmless); after a
+             * clean shutdown with every IndexFile intact it is complete. */
+            int again = rep->abnormal || rep->index_files_dropped > 0;
+            index_from = iend < 0 ? 0 : (again ? iend : iend + 1);
             /* The index is built behind the ConsumeQueues (messageIndexAsync):
-             * re-dispatch from the record after the last indexed one, so
+             * re-dispatch from the record after the last complete one, so
              * records the crash caught between the two get their keys too.
-             * Their ConsumeQueue units already exist and are only checked. */
+             * ConsumeQueue units that exist are only checked. */
             int64_t index_next = rmq_mfq_min_offset(q);
             rmq_mapped_file_t *f;
             const uint8_t *p;
@@ -1057,7 +1063,7 @@ static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
                 rmq_commit_log_read_pinned(&s->cl, iend, &f, &p, &avail) == RMQ_OK) {
                 rmq_record_view_t v;
                 if (rmq_record_decode(p, avail, &v) == RMQ_OK && v.phys_offset == iend)
-                    index_next = iend + v.total_size;
+                    index_next = again ? iend : iend + v.total_size;
                 rmq_mapped_file_unpin(f);
             }
             if (index_next < from && index_next >= rmq_mfq_min_offset(q)) from = index_next;
