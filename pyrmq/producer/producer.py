@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import rmqcore
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pyrmq.client.instance import ClientInstance
-from pyrmq.common.errors import BrokerError, ClientError, RemotingError, StoreError
+from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError, StoreError
 from pyrmq.common.message import (
     COMPRESS_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -131,6 +131,8 @@ class Producer:
             heartbeat_broker_interval=heartbeat_broker_interval,
         )
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
+        #: topics whose route is being looked up again after a failed send
+        self._route_checks: set[str] = set()
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._state = "CREATED"
@@ -248,6 +250,29 @@ class Producer:
         info = TopicPublishInfo(queues, route, bool(route.order_topic_conf))
         self.topic_publish_info_table[topic] = info
         return info
+
+    def _check_route_soon(self, topic: str) -> None:
+        """A send failed in a way a stale route could explain (broker gone,
+        topic moved): look the route up again, in the background. The cached
+        route stays in use meanwhile, and for good when no name server
+        answers: RocketMQ's producers keep sending on the routes they have
+        while the name servers are away. (Dropping it instead made every later
+        send ask the name servers first, so one failed send during a name
+        server outage stopped the producer until they came back.) A changed
+        route reaches the cache through on_route_changed."""
+        if topic in self._route_checks or not self.client.started:
+            return
+        self._route_checks.add(topic)
+
+        async def check() -> None:
+            try:
+                await self.client.update_topic_route(topic)
+            except RMQError as e:
+                log.info("route of %s not checked after a failed send: %s", topic, e)
+            finally:
+                self._route_checks.discard(topic)
+
+        self.client.spawn(check(), f"pyrmq:producer:route-check:{topic}")
 
     async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (fetchPublishMessageQueues)."""
@@ -546,7 +571,7 @@ class Producer:
                     return
                 log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, error)
                 if _route_suspect(error):
-                    self.topic_publish_info_table.pop(topic, None)
+                    self._check_route_soon(topic)
             else:
                 self.fault_strategy.update_fault_item(
                     target.broker_name, int(elapsed * 1000), False
@@ -708,7 +733,7 @@ class Producer:
                     "send to %s failed (attempt %d of %d): %s", target, attempt + 1, attempts, e
                 )
                 if _route_suspect(e):
-                    self.topic_publish_info_table.pop(topic, None)
+                    self._check_route_soon(topic)
                 continue
             elapsed_ms = int((loop.time() - t0) * 1000)
             self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, False)
