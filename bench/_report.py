@@ -37,6 +37,37 @@ RATIO_HEAD = {
     "redis-always": "pyrmq SYNC ÷ Redis always",
 }
 CONSUME_CASES = ("consume", "consume(push)", "consume(poll)")
+#: a row whose server stored less than this share of what the client sent is
+#: a harness or product failure, never a figure (a broker does not lose most
+#: of a run's messages; the reference run once published "0 msgs/s, 524,287
+#: of 524,288 not stored" for a harness that never handed its frames over)
+STORED_AT_LEAST = 0.5
+
+
+def row_failure(r: dict[str, Any]) -> str | None:
+    """Why row r is not a figure, or None: its runner failed (``row_failed``,
+    e.g. a peer client that crashed twice), or it says that most of what was
+    sent was not stored."""
+    if r.get("row_failed"):
+        return str(r["row_failed"])
+    sent, lost = r.get("sent") or 0, r.get("lost") or 0
+    if sent and lost > (1 - STORED_AT_LEAST) * sent:
+        return f"{lost:,} of {sent:,} not stored: a harness or broker failure, not a figure"
+    return None
+
+
+def failed_rows(doc: dict[str, Any]) -> list[str]:
+    """One line per row of the document that is not a figure (row_failure),
+    in parts 2 and 3 and in part 2's broker report."""
+    out = []
+    for name, d in systems(doc).items():
+        for r in d.get("rows", []):
+            why = row_failure(r)
+            if why:
+                out.append(f"{name} {r['case']} {r['body']} B: {why}")
+    rep = (doc.get("parts", {}).get("2") or {}).get("broker_report") or {}
+    out += [f"broker_report: {f}" for f in rep.get("failed_rows", [])]
+    return out
 
 
 def systems(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -64,16 +95,20 @@ def produce_best(sysdoc: dict[str, Any] | None, size: int) -> tuple[float | None
     best: tuple[float | None, str] = (None, "")
     for case in ("pipelined", "batched"):
         r = find(sysdoc, case, size)
-        if r and r.get("msgs_per_s") and (best[0] is None or r["msgs_per_s"] > best[0]):
+        if r and _figure(r) and (best[0] is None or r["msgs_per_s"] > best[0]):
             best = (r["msgs_per_s"], case)
     return best
+
+
+def _figure(r: dict[str, Any]) -> bool:
+    return bool(r.get("msgs_per_s")) and row_failure(r) is None
 
 
 def consume_best(sysdoc: dict[str, Any] | None, size: int) -> tuple[float | None, str]:
     best: tuple[float | None, str] = (None, "")
     for case in CONSUME_CASES:
         r = find(sysdoc, case, size)
-        if r and r.get("msgs_per_s") and (best[0] is None or r["msgs_per_s"] > best[0]):
+        if r and _figure(r) and (best[0] is None or r["msgs_per_s"] > best[0]):
             best = (r["msgs_per_s"], case)
     return best
 
@@ -82,6 +117,10 @@ def _n(x: float | None, digits: int = 0) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:,.{digits}f}"
+
+
+#: a comparison cell whose row is not a figure (row_failure)
+FAILED: Any = object()
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -140,7 +179,7 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
     def case(sysname: str, c: str) -> tuple[float | None, str]:
         r = find(s.get(sysname), c, size)
-        return (r["msgs_per_s"] if r else None, c)
+        return (r["msgs_per_s"] if r and row_failure(r) is None else None, c)
 
     add(
         "pipelined/batched produce ≥ 2x NATS JetStream async publish",
@@ -326,12 +365,15 @@ def system_md(sysdoc: dict[str, Any]) -> str:
             note = f"{r['lost']:,} of {r['sent']:,} not stored"
         if r.get("error"):
             note = f"error: {r['error']}"
+        why = row_failure(r)
+        if why:
+            note = f"**FAILED: {why}**"
         rows.append(
             [
                 r["case"],
                 str(r["body"]),
-                _n(r.get("msgs_per_s")),
-                _n(r.get("MBps"), 1),
+                "**FAILED**" if why else _n(r.get("msgs_per_s")),
+                "" if why else _n(r.get("MBps"), 1),
                 lat,
                 _n(r.get("client_us_per_msg"), 1),
                 f"{r.get('client_cpu_share', 0):.2f} / {r.get('server_cpu_share', 0):.2f}",
@@ -375,12 +417,18 @@ def _comparison_rows(
         vals = {n: get(s[n]) for n in names}
         if all(v is None for v in vals.values()):
             return
-        cells = [label] + [_n(vals[n], digits) for n in names]
-        cells += [_r(_ratio(vals.get(TWIN[p]), vals[p])) for p in peers]
+        cells = [label]
+        cells += ["**FAILED**" if vals[n] is FAILED else _n(vals[n], digits) for n in names]
+        figs = {n: None if v is FAILED else v for n, v in vals.items()}
+        cells += [_r(_ratio(figs.get(TWIN[p]), figs[p])) for p in peers]
         rows.append(cells)
 
     def field(case: str, key: str, rate: float | None = None) -> Callable[[dict[str, Any]], Any]:
-        return lambda d: (find(d, case, size, rate) or {}).get(key)
+        def get(d: dict[str, Any]) -> Any:
+            r = find(d, case, size, rate) or {}
+            return FAILED if row_failure(r) else r.get(key)
+
+        return get
 
     line("awaited send, msgs/s", field("awaited", "msgs_per_s"))
     line("awaited send p50, ms", field("awaited", "p50_ms"), 3)
@@ -440,6 +488,13 @@ def render(doc: dict[str, Any]) -> str:
             "**Errors** (those parts are incomplete):\n\n"
             + "\n".join(f"- part {e['part']}: {e['error']}" for e in doc["errors"])
         )
+    bad = failed_rows(doc)
+    if bad:
+        out.append(
+            "**Failed rows** (not figures: each is marked FAILED in its table; a harness, "
+            "peer client or product failure to look into, not a measurement):\n\n"
+            + "\n".join(f"- {b}" for b in bad)
+        )
     out.append("## Targets\n\n" + targets_md(doc.get("targets") or targets(doc)))
     if "1" in parts:
         out.append("## 1. Store microbenchmarks and physical limits\n\n" + store_md(parts["1"]))
@@ -496,4 +551,7 @@ def render(doc: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
-        print(render(json.load(f)), end="")
+        d = json.load(f)
+    for b in failed_rows(d):
+        print(f"FAILED ROW: {b}", file=sys.stderr)
+    print(render(d), end="")

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from bench import _e2e
+from bench import _e2e, _report
 from bench import broker_load as bl
 from bench._e2e import Budget, ConsumeClock, Flow, LatencyProbe
 from pyrmq import (
@@ -317,6 +317,10 @@ def run(
     with bl.standalone(root, flush) as srv:
         log(f"{label}: pyrmq standalone {flush}, pid {srv.pid}, broker {srv.broker}")
         client, rows = asyncio.run(run_async(srv, budget, label, log))
+    for r in rows:
+        why = _report.row_failure(r)
+        if why:
+            log(f"{label}: FAILED ROW {r['case']} {r['body']} B: {why}")
     return {
         "system": label,
         "server": f"pyrmq standalone ({flush})",

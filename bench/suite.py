@@ -374,6 +374,9 @@ def run(
     finally:
         shutil.rmtree(work, ignore_errors=True)
         doc["targets"] = _report.targets(doc)
+        for bad in _report.failed_rows(doc):
+            log(f"FAILED ROW (not a figure): {bad}")
+            doc["errors"].append({"part": "rows", "error": f"failed row: {bad}"})
         try:
             doc["suite"]["plots"] = _plots.draw_all(doc, out)
         except Exception as e:
