@@ -12,7 +12,6 @@ import pathlib
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,17 +252,3 @@ class CppLoad:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
-
-
-async def wait_until(cond: object, timeout: float, what: str, step: float = 0.05) -> float:
-    """Poll cond() (a plain or async callable) until true, at most timeout
-    s; the seconds it took. Raises AssertionError naming `what`."""
-    t0 = time.monotonic()
-    for _ in range(int(timeout / step) + 1):
-        ok = cond()  # type: ignore[operator]
-        if asyncio.iscoroutine(ok):
-            ok = await ok
-        if ok:
-            return time.monotonic() - t0
-        await asyncio.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -183,16 +183,6 @@ class Collector:
             self.seen[body_id(m.body)] += 1
 
 
-async def wait_until(pred: Callable[[], bool], what: str, timeout: float) -> None:
-    """Poll pred every 50 ms; AssertionError naming `what` after timeout s."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 # -- the broker process --------------------------------------------------------------------------
 
 

@@ -29,8 +29,9 @@ from pyrmq.common.errors import DiskFullError, ServiceNotAvailableError
 from pyrmq.storage import MessageStore, MessageStoreConfig
 from pyrmq.storage.check import check_store
 from pyrmq.testing.cluster import ProcessCluster
+from tests._waiting import wait_until
 from tests.chaos._disk import ext4_image, fill, tmpfs
-from tests.chaos._overload import Collector, Ledger, body, body_id, intact, pump, wait_until
+from tests.chaos._overload import Collector, Ledger, body, body_id, intact, pump
 from tests.chaos.conftest import scale
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -369,13 +370,19 @@ def test_full_disk_refuses_sends_keeps_what_was_acked_and_resumes(
                 assert not any(ok for _, ok in ledger.history[mark:]), "accepted on a full disk"
                 _check_refusals(ledger, mark)
                 acked = set(ledger.acked)
-                await wait_until(lambda a=acked: live.ids >= a, "the live consumer to catch up", 60)
+                await wait_until(
+                    lambda a=acked: live.ids >= a,
+                    "the live consumer to catch up",
+                    progress=lambda: len(live.seen),
+                )
                 fresh = Collector()
                 group = _consumer(c, f"cg_disk_new_{cycle}", topic, fresh)
                 await group.start()  # its %RETRY% topic cannot be saved: ENOSPC
                 try:
                     await wait_until(
-                        lambda f=fresh, a=acked: f.ids >= a, "a new group to read all", 60
+                        lambda f=fresh, a=acked: f.ids >= a,
+                        "a new group to read all",
+                        progress=lambda f=fresh: len(f.seen),
                     )
                 finally:
                     await group.shutdown()
@@ -402,7 +409,11 @@ def test_full_disk_refuses_sends_keeps_what_was_acked_and_resumes(
                 )
                 assert resumed(), f"cycle {cycle}: sending did not resume: {ledger.failures()}"
             acked = set(ledger.acked)
-            await wait_until(lambda: live.ids >= acked, "the live consumer to read all", 60)
+            await wait_until(
+                lambda: live.ids >= acked,
+                "the live consumer to read all",
+                progress=lambda: len(live.seen),
+            )
         finally:
             await live_consumer.shutdown()
             await producer.shutdown()
@@ -494,7 +505,9 @@ def test_retention_frees_a_full_disk_and_sending_resumes(
         await consumer.start()
         try:
             newest = {i for i, _ in ledger.history[-resume:]}
-            await wait_until(lambda: got.ids >= newest, "the newest messages", 60)
+            await wait_until(
+                lambda: got.ids >= newest, "the newest messages", progress=lambda: len(got.seen)
+            )
             await asyncio.sleep(1.0)  # let the rest of what is left arrive too
         finally:
             await consumer.shutdown()

@@ -51,6 +51,7 @@ from pyrmq.consumer.allocate import AllocateMessageQueueAveragely
 from pyrmq.producer import Producer
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.proxy import FaultProxy
+from tests._waiting import wait_until
 from tests.chaos._net_ns import NetNs
 from tests.chaos.conftest import scale
 from tests.client.test_cluster import (
@@ -58,7 +59,6 @@ from tests.client.test_cluster import (
     QUEUES_PER_BROKER,
     AdminClient,
     owned,
-    wait_until,
 )
 
 TOPIC = "PartT"
@@ -226,6 +226,12 @@ def _converged(members: list[PushConsumer], reachable: tuple[str, ...] = BROKERS
     return True
 
 
+def _ownership(members: list[PushConsumer]) -> Callable[[], tuple[frozenset[MessageQueue], ...]]:
+    """The progress measure of a rebalance: which queues each member owns
+    (a rebalance that moves nothing for long is a stall)."""
+    return lambda: tuple(frozenset(owned(m, TOPIC)) for m in members)
+
+
 def _queues(brokers: tuple[str, ...]) -> set[MessageQueue]:
     return {MessageQueue(TOPIC, b, q) for b in brokers for q in range(QUEUES_PER_BROKER)}
 
@@ -257,7 +263,9 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
         for m in members[:2]:
             await m.start()
             started.append(m)
-        t_two = await wait_until(lambda: _converged(members[:2]), 30.0, "2 members own 4/4")
+        t_two = await wait_until(
+            lambda: _converged(members[:2]), "2 members own 4/4", progress=_ownership(members)
+        )
         senders = [
             asyncio.create_task(_sender(p, out, n, stop), name=f"test:sender{n}")
             for n in range(SENDERS)
@@ -278,7 +286,9 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
         await members[2].start()  # a member joins while broker-b is unreachable
         started.append(members[2])
         t_three = await wait_until(
-            lambda: _converged(members, ("broker-a",)), 60.0, "3 members share broker-a, cut off"
+            lambda: _converged(members, ("broker-a",)),
+            "3 members share broker-a, cut off",
+            progress=_ownership(members),
         )
         left = partition_s - (loop.time() - t_cut)
         if left > 0:
@@ -293,15 +303,21 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
         await asyncio.gather(*senders)
         acked = out.acked
         t_three_healed = await wait_until(
-            lambda: _converged(members), 60.0, "3 members own all 8 queues after the heal"
+            lambda: _converged(members),
+            "3 members own all 8 queues after the heal",
+            progress=_ownership(members),
         )
         # every acknowledged message is consumed, broker-b's backlog included
         t_drain = await wait_until(
-            lambda: acked <= counts.keys(), 120.0, "every acked message consumed after the heal"
+            lambda: acked <= counts.keys(),
+            "every acked message consumed after the heal",
+            progress=lambda: len(counts),
         )
         await members[0].shutdown()  # a member leaves after the heal
         started.remove(members[0])
-        t_leave = await wait_until(lambda: _converged(members[1:]), 30.0, "2 members after leave")
+        t_leave = await wait_until(
+            lambda: _converged(members[1:]), "2 members after leave", progress=_ownership(members)
+        )
     finally:
         stop.set()
         await asyncio.gather(*senders, return_exceptions=True)

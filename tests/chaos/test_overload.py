@@ -39,6 +39,7 @@ from pyrmq.remoting import RequestCode
 from pyrmq.storage import FlushDiskType
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.cluster import ProcessCluster
+from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 from tests.chaos._overload import (
     Collector,
@@ -49,7 +50,6 @@ from tests.chaos._overload import (
     intact,
     pump,
     slow_disk,
-    wait_until,
 )
 from tests.chaos.conftest import scale
 
@@ -83,11 +83,17 @@ def test_sends_are_answered_system_busy_while_the_disk_lags(
                 await producer.send(Message(topic, b"warm"))
                 stall = store._io.run("flush-commitlog", time.sleep, 3.0)  # the disk hangs
                 waiting = [producer.send_async(Message(topic, b"waits-%d" % i)) for i in range(3)]
-                await wait_until(lambda: store.flush_backlog[0] == 3, "3 sends waiting", 10)
+                await wait_until(
+                    lambda: store.flush_backlog[0] == 3,
+                    "3 sends waiting",
+                    progress=lambda: store.flush_backlog[0],
+                )
                 with pytest.raises(SystemBusyError, match=r"^\[OVERLOAD\]") as overload:
                     await producer.send(Message(topic, b"refused-1"))
                 assert c.broker.send_processor.busy_refusals == 3  # tried three times
-                await wait_until(lambda: store.flush_backlog[1] > 0.3, "the wait to age", 10)
+                await wait_until(
+                    lambda: store.flush_backlog[1] > 0.3, "the wait to age", stall_after=10
+                )
                 c.broker.send_processor.send_queue_capacity = 10_000
                 with pytest.raises(SystemBusyError, match=r"^\[PCBUSY_CLEAN_QUEUE\]") as busy:
                     await producer.send(Message(topic, b"refused-2"))
@@ -134,16 +140,28 @@ def test_oneway_sends_while_the_disk_lags_are_held_back_not_lost(
                 n = 3000
                 for i in range(n):
                     await ow.send_oneway(Message(topic, b"ow-%d" % i))
-                await wait_until(lambda: sp.oneway_holds > 0, "a held connection", 10)
+                await wait_until(
+                    lambda: sp.oneway_holds > 0,
+                    "a held connection",
+                    progress=lambda: _stored(store, topic),
+                )
                 with pytest.raises(SystemBusyError, match=r"^\[OVERLOAD\]"):
                     await acked.send(Message(topic, b"refused"))
                 refused = sp.busy_refusals
                 await stall
-                await wait_until(lambda: _stored(store, topic) == n + 2, "every oneway stored", 30)
+                await wait_until(
+                    lambda: _stored(store, topic) == n + 2,
+                    "every oneway stored",
+                    progress=lambda: _stored(store, topic),
+                )
                 assert sp.busy_refusals == refused == 1  # the acked send only
                 # the held connection reads again: a oneway after the stall arrives
                 await ow.send_oneway(Message(topic, b"after"))
-                await wait_until(lambda: _stored(store, topic) == n + 3, "the last one", 10)
+                await wait_until(
+                    lambda: _stored(store, topic) == n + 3,
+                    "the last one",
+                    progress=lambda: _stored(store, topic),
+                )
             bodies = []
             async with Admin(c.namesrv_addr) as admin:
                 for q in range(16):
@@ -296,7 +314,11 @@ def test_producers_faster_than_the_disk(
         await consumer.start()
         try:
             acked = set(ledger.acked)
-            await wait_until(lambda: got.ids >= acked, "every acknowledged message", 120)
+            await wait_until(
+                lambda: got.ids >= acked,
+                "every acknowledged message",
+                progress=lambda: len(got.seen),
+            )
             await asyncio.sleep(1.0)  # anything stored beyond them arrives too
         finally:
             await consumer.shutdown()
@@ -432,11 +454,23 @@ def test_never_acking_consumers_and_a_retry_storm(
                     hung_peak = max(hung_peak, all_held())
                     return all(len(deliveries.get(i, ())) > max_reconsume for i in acked)
 
-                await wait_until(storm_done, "every retry of every message", 60 + n / 10)
-                await wait_until(lambda: normal.ids >= acked, "the normal group", 60)
+                await wait_until(
+                    storm_done,
+                    "every retry of every message",
+                    progress=lambda: sum(len(d) for d in deliveries.values()),
+                )
+                await wait_until(
+                    lambda: normal.ids >= acked,
+                    "the normal group",
+                    progress=lambda: len(normal.seen),
+                )
                 dead, dlq_reader = _read_all(c, "cg_storm_dlq", "%DLQ%cg_storm_fail")
                 await dlq_reader.start()
-                await wait_until(lambda: dead.ids >= acked, "every message in the DLQ", 60)
+                await wait_until(
+                    lambda: dead.ids >= acked,
+                    "every message in the DLQ",
+                    progress=lambda: len(dead.seen),
+                )
                 await asyncio.sleep(1.0)  # late duplicates, if any, arrive too
         finally:
             release.set()
