@@ -13,7 +13,7 @@ import pathlib
 import sys
 from typing import Any
 
-from bench._report import SYSTEMS, consume_best, find, systems
+from bench._report import SYSTEMS, consume_best, find, row_failure, systems
 
 CPP_MODES = {
     "sync": "send_sync x4 threads",
@@ -67,8 +67,7 @@ def produce(doc: dict[str, Any], out: pathlib.Path) -> str | None:
     fig, axes = plt.subplots(1, len(cases), figsize=(16, 5), sharey=True)
     for ax, case in zip(axes, cases, strict=True):
         series = {
-            SYSTEMS.get(n, n): [(find(d, case, z) or {}).get("msgs_per_s") for z in sizes]
-            for n, d in _ordered(s)
+            SYSTEMS.get(n, n): [_figure(find(d, case, z)) for z in sizes] for n, d in _ordered(s)
         }
         _bars(ax, [_label(z) for z in sizes], series, "msgs/s (log)" if case == "awaited" else "")
         ax.set_title(f"produce, {case}")
@@ -235,9 +234,15 @@ def _ordered(s: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return known + [(n, d) for n, d in s.items() if n not in SYSTEMS]
 
 
+def _figure(r: dict[str, Any] | None) -> float | None:
+    """A row's msgs/s; None for a row that is not a figure (row_failure)."""
+    return None if r is None or row_failure(r) else r.get("msgs_per_s")
+
+
 def _cpp(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The C++ client matrix rows whose runner did not fail."""
     rep = doc.get("parts", {}).get("2", {}).get("broker_report") or {}
-    return list(rep.get("cpp_matrix") or [])
+    return [r for r in rep.get("cpp_matrix") or [] if not r.get("row_failed")]
 
 
 def _save(fig: Any, out: pathlib.Path, name: str) -> str:

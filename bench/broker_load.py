@@ -825,10 +825,9 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
         stop.set()
         for t in threads:
             t.join(15)
-    prod.shutdown()
     secs = t1 - t0
     server_msgs = s1 - s0
-    return {
+    result = {
         "mode": mode, "threads": args.threads, "body_len": args.body, "secs": secs,
         "window": args.window if mode == "async" else None,
         "batch": args.batch if mode == "batch" else None,
@@ -840,23 +839,88 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
         "server_cpu_util": (scpu1 - scpu0) / secs,
         "server_cpu_us_per_msg": (scpu1 - scpu0) / max(1, server_msgs) * 1e6,
     }
+    # The measurement is complete: out before shutdown, where the C++ client
+    # has been seen to abort (boost::thread_interrupted, SIGABRT).
+    _emit(result)
+    prod.shutdown()
+    return result
+
+
+def _emit(result: dict[str, Any]) -> None:
+    """A child's result: one JSON line on stdout, flushed at once."""
+    print(json.dumps(result), flush=True)
+
+
+def describe_exit(returncode: int) -> str:
+    """'aborted (SIGABRT)', 'killed by SIGKILL', 'exited 2'."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"aborted ({name})" if name == "SIGABRT" else f"killed by {name}"
+    return f"exited {returncode}"
+
+
+def isolated_row(cmd: list[str], timeout: float, who: str = "C++ client",
+                 attempts: int = 2) -> dict[str, Any]:
+    """Run one row's runner as a child process and return its result: the
+    last JSON line of its stdout. A crash costs that row only:
+
+    - a complete result is kept whatever the exit status (the C++ client
+      can abort at shutdown after printing it); a nonzero status is noted
+      in ``child_exit`` and ``note``;
+    - no result (crash, timeout, unparsable output): run again, up to
+      `attempts` runs in all; if none gave one, the row is
+      ``{"row_failed": "<who> aborted (SIGABRT) twice", ...}`` with each
+      run's stderr tail in ``attempts``.
+    """
+    tried: list[dict[str, Any]] = []
+    for _ in range(max(1, attempts)):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                                 timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+            tried.append({"why": f"timed out after {timeout:.0f} s", "stderr": (err or "")[-2000:]})
+            continue
+        result = None
+        for ln in reversed(out.stdout.splitlines()):
+            if ln.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    result = json.loads(ln)
+                break
+        if isinstance(result, dict):
+            if out.returncode != 0:
+                how = describe_exit(out.returncode)
+                result["child_exit"] = out.returncode
+                result["note"] = f"{who} {how} after printing its result (result kept)"
+            if tried:
+                result["retried"] = [t["why"] for t in tried]
+            return result
+        why = describe_exit(out.returncode)
+        why = f"{why} without a result" if out.returncode == 0 else why
+        tried.append({"why": why, "stderr": out.stderr[-2000:]})
+    whys = [t["why"] for t in tried]
+    if len(whys) == 2 and whys[0] == whys[1]:
+        reason = f"{who} {whys[0]} twice"
+    else:
+        reason = f"{who}: " + "; then ".join(whys)
+    return {"row_failed": reason, "attempts": tried}
 
 
 def cpp_producer(server: Server, topic: str, queues: int, mode: str, threads: int = 4,
                  seconds: float = 10.0, warmup: float = 2.0, body_len: int = 128,
                  window: int = 1024, batch: int = 64) -> dict[str, Any]:
-    """The C++ producer in a child process; its JSON result."""
+    """The C++ producer in a child process; its JSON result, or a row
+    marked ``row_failed`` (isolated_row: a crash is retried once)."""
     cmd = [sys.executable, "-m", "bench.broker_load", "cpp", "--namesrv", server.namesrv,
            "--broker", server.broker, "--topic", topic, "--queues", str(queues),
            "--mode", mode, "--threads", str(threads), "--seconds", str(seconds),
            "--warmup", str(warmup), "--body", str(body_len), "--server-pid", str(server.pid),
            "--window", str(window), "--batch", str(batch)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
-                         timeout=seconds + warmup + 90, check=False)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"C++ producer run failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    r = isolated_row(cmd, seconds + warmup + 90)
+    return {"mode": mode, "threads": threads, "body_len": body_len, **r}
 
 
 def _cpp_consume_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -888,32 +952,32 @@ def _cpp_consume_child(args: argparse.Namespace) -> dict[str, Any]:
     c.start()
     done.wait(args.seconds)
     cpu1, scpu1 = time.process_time(), proc_cpu_s(args.server_pid)
-    c.shutdown()
-    n = int(state["n"])
-    secs = state["t_last"] - state["t_first"]
-    return {
+    with lock:
+        n = int(state["n"])
+        secs = state["t_last"] - state["t_first"]
+    result = {
         "mode": "consume", "threads": args.threads, "body_len": args.body, "msgs": n,
         "expected": args.messages, "secs": secs,
         "msgs_per_s": (n - 1) / secs if secs > 0 else 0.0,
         "client_cpu_us_per_msg": (cpu1 - cpu0) / max(1, n) * 1e6,
         "server_cpu_us_per_msg": (scpu1 - scpu0) / max(1, n) * 1e6,
     }
+    _emit(result)  # before shutdown, as in _cpp_child
+    c.shutdown()
+    return result
 
 
 def cpp_consumer(server: Server, topic: str, messages: int, threads: int = 4,
                  body_len: int = 128, timeout: float = 60.0) -> dict[str, Any]:
     """The C++ PushConsumer in a child process, reading `messages` already
-    stored in topic; its JSON result."""
+    stored in topic; its JSON result, or a row marked ``row_failed``."""
     cmd = [sys.executable, "-m", "bench.broker_load", "cpp-consume", "--namesrv",
            server.namesrv, "--topic", topic, "--messages", str(messages), "--threads",
            str(threads), "--seconds", str(timeout), "--body", str(body_len),
            "--server-pid", str(server.pid)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout + 90,
-                         check=False)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"C++ consumer run failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    r = isolated_row(cmd, timeout + 90)
+    return {"mode": "consume", "threads": threads, "body_len": body_len,
+            "expected": messages, **r}
 
 
 # -- command line (one workload by hand) -----------------------------------------------
@@ -958,10 +1022,10 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--rate", type=float, default=1000.0, help="latency: msgs/s")
     args = p.parse_args(argv)
     if args.cmd == "cpp":
-        print(json.dumps(_cpp_child(args)), flush=True)
+        _cpp_child(args)  # prints its result itself, before the client's shutdown
         return 0
     if args.cmd == "cpp-consume":
-        print(json.dumps(_cpp_consume_child(args)), flush=True)
+        _cpp_consume_child(args)
         return 0
     srv = Server("external", args.addr, args.addr, args.pid, None, "")  # type: ignore[arg-type]
     if args.cmd == "send":

@@ -34,12 +34,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from bench import broker_load as bl
 from bench import limits
 from bench.store_report import _T0, Row, _met, _n, describe_machine, log, render
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,16 +96,57 @@ def run_cpp(b: Budget, brk: bl.Server, ans: bl.Server) -> dict[str, Any]:
         for _ in range(b.repeat):
             for name, srv in (("answer", ans), ("pyrmq", brk)):
                 r = bl.cpp_producer(srv, topic, 4, mode, b.cpp_threads, b.cpp_s, b.cpp_warmup_s)
+                if _row_failed(f"C++ {mode}, {name}", r):
+                    runs[name].append(r)
+                    continue
                 log(f"C++ {mode}, {name}: {_n(r['server_msgs_per_s'])} msg/s at the server "
                     f"({_n(r['client_msgs_per_s'])} at the client, {r['errors']} errors); "
                     f"client {r['client_cpu_us_per_msg']:.0f} µs CPU/msg, server "
-                    f"{r['server_cpu_us_per_msg']:.1f} µs CPU/msg")
+                    f"{r['server_cpu_us_per_msg']:.1f} µs CPU/msg{_noted(r)}")
                 runs[name].append(r)
-        out[mode] = {k: best(v, "server_msgs_per_s") for k, v in runs.items()}
+        out[mode] = {k: best_ok(v, "server_msgs_per_s") for k, v in runs.items()}
         out[mode]["paired_ratios"] = [
             round(p["server_msgs_per_s"] / a["server_msgs_per_s"], 3)
-            for p, a in zip(runs["pyrmq"], runs["answer"], strict=True)]
+            for p, a in zip(runs["pyrmq"], runs["answer"], strict=True)
+            if not p.get("row_failed") and not a.get("row_failed")]
     return out
+
+
+def best_ok(runs: list[dict[str, Any]], key: str = "msgs_per_s") -> dict[str, Any]:
+    """best() of the runs that did not fail; the first failed run if all did."""
+    ok = [r for r in runs if not r.get("row_failed")]
+    return best(ok, key) if ok else runs[0]
+
+
+#: rows whose runner failed, as "what: why" (also in the JSON's failed_rows)
+FAILED_ROWS: list[tuple[str, str, str]] = []
+
+
+def _row_failed(what: str, r: dict[str, Any], section: str = "") -> bool:
+    """Log and record a row whose runner failed (row_failed); False otherwise."""
+    if not r.get("row_failed"):
+        return False
+    log(f"{what}: FAILED ROW: {r['row_failed']}")
+    for a in r.get("attempts", []):
+        tail = a.get("stderr", "").strip().splitlines()[-3:]
+        log(f"  {a['why']}: " + " / ".join(tail))
+    if section:
+        FAILED_ROWS.append((section, what, r["row_failed"]))
+    return True
+
+
+def _noted(r: dict[str, Any]) -> str:
+    return f" [{r['note']}]" if r.get("note") else ""
+
+
+def isolated(section: str, what: str, fn: Callable[..., T], *args: Any) -> T | None:
+    """fn(*args), or None when it raises: the row is recorded FAILED with
+    the exception, and the report goes on to the next row."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        _row_failed(what, {"row_failed": f"{type(e).__name__}: {e}"}, section)
+        return None
 
 
 SEND_SHAPES = {"pipelined": (2, 4, 256), "32 outstanding": (1, 4, 8)}
@@ -119,8 +162,11 @@ def run_send(b: Budget, srv: bl.Server, flush: str, cases: list[tuple[int, str]]
         bl.create_topic(srv.broker, topic, 8)
         runs = []
         for _ in range(b.repeat):
-            r = bl.send_load(srv, topic, 8, body_len, procs, conns, window,
-                             b.send_warmup_s, b.send_s)
+            what = f"SEND_MESSAGE {tag} {flush} {body_len} B {procs}x{conns}x{window}"
+            r = isolated("b", what, bl.send_load, srv, topic, 8, body_len, procs, conns,
+                         window, b.send_warmup_s, b.send_s)
+            if r is None:
+                continue
             log(f"send {tag} {flush} {body_len} B {procs}x{conns}x{window}: "
                 f"{_n(r['msgs_per_s'])} msg/s, {_n(r['MBps'], 1)} MB/s; server "
                 f"{r['server_cpu_util']:.0%} CPU, {r['server_cpu_us_per_msg']:.1f} µs/msg; "
@@ -130,7 +176,8 @@ def run_send(b: Budget, srv: bl.Server, flush: str, cases: list[tuple[int, str]]
                 # disk falls behind, and the rest of the report still counts.
                 log(f"  {r['bad']:,} sends were not answered SUCCESS\n{srv.log_tail(5)}")
             runs.append(r)
-        out.append({"server": tag, "flush": flush, "shape": shape, **best(runs)})
+        if runs:
+            out.append({"server": tag, "flush": flush, "shape": shape, **best(runs)})
     return out
 
 
@@ -155,15 +202,20 @@ def run_pull(b: Budget, root: str) -> dict[str, Any]:
     return {"preload": pre, **best(runs)}
 
 
-def run_latency(b: Budget, srv: bl.Server, flush: str) -> dict[str, Any]:
-    """(d) best of b.repeat by p99."""
+def run_latency(b: Budget, srv: bl.Server, flush: str) -> dict[str, Any] | None:
+    """(d) best of b.repeat by p99; None if every run failed."""
     runs = []
     for i in range(b.repeat):
-        r = bl.latency(srv, f"BenchLat{flush[:4]}{i}", 4, 1000.0, 1.0, b.latency_s)
+        r = isolated("d", f"latency {flush}", bl.latency, srv, f"BenchLat{flush[:4]}{i}", 4,
+                     1000.0, 1.0, b.latency_s)
+        if r is None:
+            continue
         log(f"latency {flush}: p50 {r['p50_ms']:.2f} / p99 {r['p99_ms']:.2f} / p99.9 "
             f"{r['p999_ms']:.2f} ms ({r['received']:,} of {r['sent']:,}); send RTT p99 "
             f"{r['send_rtt_p99_ms']:.2f} ms")
         runs.append(r)
+    if not runs:
+        return None
     top = min(runs, key=lambda r: r["p99_ms"])
     return {"flush": flush, **top, "runs_p99_ms": [round(r["p99_ms"], 3) for r in runs]}
 
@@ -183,18 +235,31 @@ def run_cpp_matrix(b: Budget, srv: bl.Server, flush: str,
             bl.wait_route(srv.namesrv, topic)
             r = bl.cpp_producer(srv, topic, 4, mode, b.cpp_threads, b.matrix_s,
                                 b.matrix_warmup_s, size)
-            log(f"C++ {mode} {size} B {flush}: {_n(r['server_msgs_per_s'])} msg/s at the server "
-                f"({r['errors']} errors); client {r['client_cpu_us_per_msg']:.0f} µs CPU/msg")
             out.append({"flush": flush, **r})
+            if _row_failed(f"C++ {mode} {size} B {flush}", r):
+                continue
+            log(f"C++ {mode} {size} B {flush}: {_n(r['server_msgs_per_s'])} msg/s at the server "
+                f"({r['errors']} errors); client {r['client_cpu_us_per_msg']:.0f} µs CPU/msg"
+                f"{_noted(r)}")
         per_queue = max(1, min(b.matrix_consume_msgs, b.matrix_consume_bytes // size) // 4)
         topic = f"BenchCppC{flush[:4]}{size}"
-        bl.preload(srv, topic, 4, per_queue, size)
-        bl.wait_route(srv.namesrv, topic)
-        r = bl.cpp_consumer(srv, topic, 4 * per_queue, b.cpp_threads, size)
-        log(f"C++ consume {size} B {flush}: {_n(r['msgs_per_s'])} msg/s "
-            f"({r['msgs']:,} of {r['expected']:,})")
-        out.append({"flush": flush, **r})
+        what = f"C++ consume {size} B {flush}"
+        c = isolated("e", what, _preload_and_consume, b, srv, topic, per_queue, size)
+        if c is None:
+            continue
+        out.append({"flush": flush, **c})
+        if _row_failed(what, c):
+            continue
+        log(f"{what}: {_n(c['msgs_per_s'])} msg/s ({c['msgs']:,} of {c['expected']:,})"
+            f"{_noted(c)}")
     return out
+
+
+def _preload_and_consume(b: Budget, srv: bl.Server, topic: str, per_queue: int,
+                         size: int) -> dict[str, Any]:
+    bl.preload(srv, topic, 4, per_queue, size)
+    bl.wait_route(srv.namesrv, topic)
+    return bl.cpp_consumer(srv, topic, 4 * per_queue, b.cpp_threads, size)
 
 
 # -- table ----------------------------------------------------------------------------
@@ -210,6 +275,12 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
             continue
         c = cpp[mode]
         p, a = c["pyrmq"], c["answer"]
+        if p.get("row_failed") or a.get("row_failed"):
+            why = "; ".join(f"{k}: {x['row_failed']}" for k, x in (("pyrmq", p), ("answer", a))
+                            if x.get("row_failed"))
+            rows.append(Row("a", f"C++ client {call}, {b_threads(p, a)} threads, 128 B",
+                            "FAILED", met=f"**FAILED: {why}**"))
+            continue
         ratio = p["server_msgs_per_s"] / a["server_msgs_per_s"]
         rows.append(Row(
             "a", f"C++ client {call}, {p['threads']} threads, 128 B (counted at the server; "
@@ -278,18 +349,37 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
     calls = {"sync": "send_sync", "async": "send_async", "batch": "send_batch",
              "oneway": "send_oneway", "consume": "PushConsumer"}
     for r in matrix or []:
+        if r.get("row_failed"):
+            call = calls.get(r["mode"], r["mode"])
+            rows.append(Row("e", f"C++ client {call}, {r['threads']} threads, {r['body_len']} B, "
+                            f"{r['flush']}", "FAILED", met=f"**FAILED: {r['row_failed']}**"))
+            continue
+        note = f"; {r['note']}" if r.get("note") else ""
         if r["mode"] == "consume":
             what = (f"C++ client PushConsumer, {r['threads']} threads, {r['body_len']} B, "
-                    f"{r['flush']} ({r['msgs']:,} of {r['expected']:,} preloaded)")
+                    f"{r['flush']} ({r['msgs']:,} of {r['expected']:,} preloaded{note})")
             rows.append(Row("e", what, f"{_n(r['msgs_per_s'])} msg/s"))
             continue
         shape = {"async": f", {r.get('window')} unacknowledged",
                  "batch": f", {r.get('batch')} per batch"}.get(r["mode"], "")
         what = (f"C++ client {calls[r['mode']]}, {r['threads']} threads{shape}, "
                 f"{r['body_len']} B, {r['flush']} (counted at the server; CPU/msg client "
-                f"{r['client_cpu_us_per_msg']:.0f} µs, server {r['server_cpu_us_per_msg']:.1f} µs)")
+                f"{r['client_cpu_us_per_msg']:.0f} µs, server {r['server_cpu_us_per_msg']:.1f} µs"
+                f"{note})")
         rows.append(Row("e", what, f"{_n(r['server_msgs_per_s'])} msg/s"))
+    for section, what, why in FAILED_ROWS:
+        rows.append(Row(section, what, "FAILED", met=f"**FAILED: {why}**"))
     return rows
+
+
+def b_threads(*runs: dict[str, Any]) -> str:
+    return str(next((r["threads"] for r in runs if r.get("threads")), "?"))
+
+
+def failed_rows(rows: list[Row]) -> list[str]:
+    """'section measurement: why' of every row marked FAILED."""
+    return [f"{r.section} {r.measurement}: {r.met.strip('*').removeprefix('FAILED: ')}"
+            for r in rows if r.value == "FAILED"]
 
 
 def git_head() -> str:
@@ -336,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     tcp = max(limits.loopback_tcp_bandwidth(b.tcp_bytes) for _ in range(b.repeat)) / 1e6
     cpp: dict[str, Any] = {}
     sends: list[dict[str, Any]] = []
-    lat: list[dict[str, Any]] = []
+    lat: list[dict[str, Any] | None] = []
     every = [(128, "pipelined"), (1024, "pipelined")]
     pull: dict[str, Any] = {}
     sec = set(args.sections)
@@ -364,9 +454,9 @@ def main(argv: list[str] | None = None) -> int:
             with _servers(args.dir, flush) as brk:
                 matrix += run_cpp_matrix(b, brk, flush, args.sizes)
     if "c" in sec:
-        pull = run_pull(b, args.dir)
+        pull = isolated("c", "pull throughput", run_pull, b, args.dir) or {}
 
-    rows = build_rows(tcp, cpp, sends, pull, lat, matrix)
+    rows = build_rows(tcp, cpp, sends, pull, [x for x in lat if x], matrix)
     elapsed = time.perf_counter() - _T0
     log(f"done in {elapsed:.0f} s")
     print(f"pyrmq broker report ({'quick' if args.quick else 'full'} run, best of {b.repeat}, "
@@ -379,8 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"machine": machine, "quick": args.quick, "sections": args.sections,
                "elapsed_s": elapsed,
                "budget": dataclasses.asdict(b), "loopback_tcp_MBps": tcp, "cpp_client": cpp,
-               "send": sends, "pull": pull, "latency": lat, "cpp_matrix": matrix,
-               "rows": [dataclasses.asdict(r) for r in rows]}
+               "send": sends, "pull": pull, "latency": [x for x in lat if x], "cpp_matrix": matrix,
+               "rows": [dataclasses.asdict(r) for r in rows],
+               "failed_rows": failed_rows(rows)}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2, default=str)
         log(f"wrote {args.json}")
