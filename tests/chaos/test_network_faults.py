@@ -264,7 +264,7 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
             await m.start()
             started.append(m)
         t_two = await wait_until(
-            lambda: _converged(members[:2]), "2 members own 4/4", progress=_ownership(members)
+            lambda: _converged(members[:2]), "2 members own 4/4", progress=_ownership(members[:2])
         )
         senders = [
             asyncio.create_task(_sender(p, out, n, stop), name=f"test:sender{n}")
@@ -316,7 +316,9 @@ async def _scenario(cut: Cut, long_mode: bool, report: Any) -> None:
         await members[0].shutdown()  # a member leaves after the heal
         started.remove(members[0])
         t_leave = await wait_until(
-            lambda: _converged(members[1:]), "2 members after leave", progress=_ownership(members)
+            lambda: _converged(members[1:]),
+            "2 members after leave",
+            progress=_ownership(members[1:]),
         )
     finally:
         stop.set()
