@@ -361,8 +361,9 @@ def system_md(sysdoc: dict[str, Any]) -> str:
             note = f"{r['failed']:,} failed"
         if r.get("expected") and r["messages"] < r["expected"]:
             note = f"{r['messages']:,} of {r['expected']:,}"
-        if r.get("lost"):
-            note = f"{r['lost']:,} of {r['sent']:,} not stored"
+        if r.get("sent") is not None and r.get("lost") is not None:
+            # counted at the server: what was stored of what was sent
+            note = f"{r['sent'] - r['lost']:,} of {r['sent']:,} stored"
         if r.get("error"):
             note = f"error: {r['error']}"
         why = row_failure(r)

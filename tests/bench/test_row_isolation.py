@@ -154,6 +154,8 @@ def test_report_refuses_an_impossible_row() -> None:
     }
     md = _report.render(doc)
     assert "**Failed rows**" in md
+    ok = _report.system_md({"rows": [fine]})
+    assert "| oneway | 1024 | 50,000 |" in ok and "524,288 of 524,288 stored" in ok
     assert "| oneway, msgs/s | **FAILED** |" in md
     assert "| oneway | 1024 | **FAILED** |" in md
     assert "| oneway | 1024 | 0 |" not in md
