@@ -137,6 +137,8 @@ def test_duel(tmp_path: pathlib.Path) -> None:
         "errors": [],
     }
     rows = [t for t in _report.targets(suite) if "alternating" in t["target"]]
-    assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(d["ratio"], rel=0.01)
+    # d["ratio"] is rounded to 3 decimals: when small (a cold first round), that is
+    # more than 1% of it
+    assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(d["ratio"], rel=0.01, abs=5e-4)
     assert "pyrmq and Redis alternating" in _report.render(suite)
     assert not list(tmp_path.iterdir()), "data directories were not removed"
