@@ -91,8 +91,14 @@ class RemotingClient:
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        """Send cmd with no answer; waits only while the connection has more
+        unsent bytes than the transport's high-water mark, so a caller
+        sending in a tight loop is held to the speed the peer reads at
+        instead of buffering without bound."""
         conn = await self.connection(addr)
         conn.invoke_oneway(cmd)
+        if conn.write_paused:
+            await conn.writable()
 
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)

@@ -68,6 +68,11 @@ SWEEP_INTERVAL = 0.05
 #: bytes (the transport's default high-water mark), so the transport can
 #: signal pause_writing before the next request of the read is served
 OUT_FLUSH_BYTES = 64 * 1024
+#: frames queued by send_soon in one loop iteration go to the transport at
+#: once past this many bytes, so its flow control (pause_writing) sees a
+#: sender that never yields (oneway sends in a tight loop), instead of the
+#: frames piling up in this process until the loop turns
+SOON_FLUSH_BYTES = 256 * 1024
 
 
 def _call(
@@ -99,6 +104,9 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] | None = None
         self._out_bytes = 0
         self._soon: list[bytes] | None = None
+        self._soon_bytes = 0
+        #: resolved when the transport takes writes again (writable())
+        self._writable: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._write_paused = False
         #: holds on reading (hold_reading) not released yet
@@ -146,6 +154,7 @@ class Connection(asyncio.Protocol):
             t.cancel()
         if not self.closed.done():
             self.closed.set_result(None)
+        self._wake_writers()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -160,10 +169,36 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._wake_writers()
         if self._backlog:
             asyncio.get_running_loop().call_soon(self._serve_backlog)
         else:
             self._resume_reading()
+
+    def _wake_writers(self) -> None:
+        w, self._writable = self._writable, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued for the peer and not yet taken by the socket."""
+        t = self.transport
+        return self._soon_bytes + (t.get_write_buffer_size() if t is not None else 0)
+
+    @property
+    def write_paused(self) -> bool:
+        """The transport holds more than its high-water mark of unsent bytes."""
+        return self._write_paused
+
+    async def writable(self) -> None:
+        """Wait until the transport takes writes again (at once when it
+        does, or when the connection is closed): a sender's backpressure."""
+        if not self._write_paused or self.transport is None:
+            return
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._writable)
 
     def hold_reading(self, until: asyncio.Future[Any]) -> None:
         """Read nothing more from the peer until `until` is done: a
@@ -296,10 +331,15 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._flush_soon)
             self.send_bytes(cmd.encode())
             return
-        self._soon.append(cmd.encode())
+        frame = cmd.encode()
+        self._soon.append(frame)
+        self._soon_bytes += len(frame)
+        if self._soon_bytes > SOON_FLUSH_BYTES:
+            self._flush_soon()
 
     def _flush_soon(self) -> None:
         frames, self._soon = self._soon, None
+        self._soon_bytes = 0
         if frames:
             self._write(b"".join(frames) if len(frames) > 1 else frames[0])
 

@@ -36,6 +36,7 @@ from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.proxy import FaultProxy
 from tests._reading import read_queue
+from tests._waiting import wait_until as wait_until_progress
 
 HEX32 = re.compile(r"^[0-9A-F]{32}$")
 #: a second loopback address: a broker advertised there is reached through a
@@ -640,6 +641,43 @@ def test_send_rejects_bad_messages(arun, tmp_path):
                 Message("GoodT", b"x", properties={"UNIQ_KEY": "mine"})
 
     arun(main())
+
+
+def test_send_oneway_in_a_tight_loop_is_held_to_the_brokers_pace(arun, tmp_path):
+    """send_oneway never waits for an answer, but a caller that never yields
+    must not buffer without bound: past the transport's high-water mark the
+    send waits until the broker has read. (Before, 20 MB of frames piled up
+    in the client and went out in one write when the loop finally turned,
+    stalling it for seconds.) Every message is stored."""
+    n, size = 20_000, 1024
+
+    async def main() -> None:
+        async with env(tmp_path) as e:
+            a = e.cluster.broker_addr
+            await create_topic(e.api, a, "OnewayTightT", 4)
+            p = e.producer
+            await p.send(Message("OnewayTightT", b"warm"))  # route and connection
+            conn = p.client.remoting.open_connection(a)
+            assert conn is not None and conn.transport is not None
+            body = b"x" * size
+            unsent_max = 0
+            for _ in range(n):
+                await p.send_oneway(Message("OnewayTightT", body))
+                unsent_max = max(unsent_max, conn.unsent_bytes)
+            assert unsent_max < 4 << 20, f"{unsent_max} bytes unsent at once"
+            mqs = [MessageQueue("OnewayTightT", "broker-a", q) for q in range(4)]
+
+            async def stored() -> int:
+                return sum([await e.api.get_max_offset(a, mq) for mq in mqs])
+
+            async def all_stored() -> bool:
+                return await stored() == n + 1
+
+            await wait_until_progress(all_stored, "every oneway stored", progress=stored)
+            bodies = [m.body for mq in mqs for m in await pull_all(e.api, a, mq)]
+            assert sorted(bodies) == sorted([b"warm"] + [body] * n)
+
+    arun(main(), timeout=120)
 
 
 def test_send_before_start_and_after_shutdown(arun, tmp_path):
