@@ -637,6 +637,8 @@ def error_line(e: BaseException) -> str:
         text = str(e) or type(e).__name__
     elif isinstance(e, TimeoutError):
         text = "timed out"
+    elif isinstance(e, OSError) and e.strerror:
+        text = f"{e.strerror}: {e.filename}" if e.filename else e.strerror
     else:
         text = f"{type(e).__name__}: {e}"
     return f"error: {text}"

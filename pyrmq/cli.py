@@ -23,8 +23,13 @@ import time
 from typing import Any, NoReturn
 
 import rmqcore
+from pyrmq.common.errors import NotAStoreError, RMQError
 from pyrmq.storage import MessageStore, MessageStoreConfig
 from pyrmq.storage.check import check_store
+from pyrmq.storage.files import StoreGeometry, queue_ids, read_queue
+
+#: CommitLog segment size of a store `pyrmq store demo` creates
+DEMO_SEGMENT_MB = 64
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,10 +40,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"error: {message} (see '{self.prog} --help')\n")
 
 
+def _segment_bytes(args: argparse.Namespace) -> int | None:
+    if args.segment_mb is None:
+        return None
+    if args.segment_mb <= 0:
+        raise ValueError("--segment-mb must be a positive number of MiB")
+    return int(args.segment_mb) << 20
+
+
 def _store_config(args: argparse.Namespace) -> MessageStoreConfig:
-    return MessageStoreConfig(
-        store_path_root_dir=args.dir, mapped_file_size_commit_log=args.segment_mb << 20
-    )
+    """A new store gets --segment-mb (64 by default); an existing one is
+    opened with the geometry its files have (--segment-mb must agree)."""
+    wanted = _segment_bytes(args)
+    size = wanted if wanted is not None else DEMO_SEGMENT_MB << 20
+    if os.path.exists(args.dir):
+        if not os.path.isdir(args.dir):
+            raise NotAStoreError(f"{args.dir} is not a directory")
+        if os.listdir(args.dir):
+            size = StoreGeometry.read(args.dir).check_commit_log_size(wanted) or size
+    return MessageStoreConfig(store_path_root_dir=args.dir, mapped_file_size_commit_log=size)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -78,18 +98,23 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
-async def _dump(args: argparse.Namespace) -> int:
-    async with MessageStore(_store_config(args)) as store:
-        offset, shown = args.offset, 0
-        for _ in range(100_000):
-            r = store.get_message(args.topic, args.queue, offset, 32)
-            if r.status != "FOUND" or shown >= args.count:
-                break
-            for m in rmqcore.decode_records(store.read(r.ranges))[: args.count - shown]:
-                props = rmqcore.decode_properties(m["properties"])
-                print(f"{m['queue_offset']}\t{m['commit_log_offset']}\t{props}\t{m['body']!r}")
-                shown += 1
-            offset = r.next_begin_offset
+def _dump(args: argparse.Namespace) -> int:
+    """Read-only, from the files: safe on a running broker's store."""
+    StoreGeometry.read(args.dir).check_commit_log_size(_segment_bytes(args))
+    if args.count < 0 or args.offset < 0:
+        raise ValueError("--count and --offset must be >= 0")
+    shown = 0
+    for m in read_queue(args.dir, args.topic, args.queue, args.offset, args.count):
+        props = rmqcore.decode_properties(m["properties"])
+        print(f"{m['queue_offset']}\t{m['commit_log_offset']}\t{props}\t{m['body']!r}")
+        shown += 1
+    if not shown:
+        held = ", ".join(map(str, queue_ids(args.dir, args.topic)))
+        print(
+            f"no messages in {args.topic} queue {args.queue} from offset {args.offset} "
+            f"(queues of {args.topic} holding messages: {held})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -314,7 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     demo = ssub.add_parser("demo", help="write and read back messages")
     demo.add_argument("dir")
     demo.add_argument("--count", type=int, default=100_000)
-    demo.add_argument("--segment-mb", type=int, default=64)
+    demo.add_argument(
+        "--segment-mb",
+        type=int,
+        default=None,
+        help=f"CommitLog segment size of a new store (default {DEMO_SEGMENT_MB}); "
+        "an existing store keeps its own",
+    )
     check = ssub.add_parser("check", help="verify a store offline (read-only)")
     check.add_argument("dir")
     check.add_argument("--json", action="store_true")
@@ -324,7 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--queue", type=int, default=0)
     dump.add_argument("--offset", type=int, default=0)
     dump.add_argument("--count", type=int, default=20)
-    dump.add_argument("--segment-mb", type=int, default=64)
+    dump.add_argument(
+        "--segment-mb",
+        type=int,
+        default=None,
+        help="not needed: the store's files say; if given, it must match them",
+    )
     from pyrmq import admin, serve
     from pyrmq.benchmark import cli as bench_cli
 
@@ -334,18 +370,32 @@ def main(argv: list[str] | None = None) -> int:
     bench_cli.add_arguments(sub)
     args = p.parse_args(argv)
     if args.cmd in ("namesrv", "broker", "standalone"):
-        return serve.main(args)
+        try:
+            return serve.main(args)
+        except (RMQError, OSError, ValueError) as e:
+            return _fail(e)
     if args.cmd == "admin":
         return admin.main(args)
     if args.cmd == "bench":
         return bench_cli.main(args)
     if args.cmd in ("produce", "consume"):
         return _client_tool(args)
-    if args.store_cmd == "check":
-        return _check(args)
-    if args.store_cmd == "demo":
-        return asyncio.run(_demo(args))
-    return asyncio.run(_dump(args))
+    try:
+        if args.store_cmd == "check":
+            return _check(args)
+        if args.store_cmd == "demo":
+            return asyncio.run(_demo(args))
+        return _dump(args)
+    except (RMQError, OSError, ValueError) as e:
+        return _fail(e)
+
+
+def _fail(e: BaseException) -> int:
+    """A user's mistake (or the machine's): one line on stderr, status 1."""
+    from pyrmq.admin import error_line
+
+    print(error_line(e), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

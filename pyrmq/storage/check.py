@@ -7,13 +7,13 @@ CRC), then checks every ConsumeQueue unit against the records it points at."""
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 from collections import defaultdict
 from typing import Any
 
 import rmqcore
 from pyrmq.common.errors import StoreError
+from pyrmq.storage.files import map_read_only, require_store, segments
 
 _UNIT = rmqcore.CQ_STORE_UNIT_SIZE
 _TRANSACTION_MASK = rmqcore.SYSFLAG_TRANSACTION_ROLLBACK  # both transaction bits
@@ -37,36 +37,18 @@ class CheckReport:
         return dataclasses.asdict(self) | {"ok": self.ok}
 
 
-def _segments(directory: str) -> list[tuple[int, str]]:
-    if not os.path.isdir(directory):
-        return []
-    out = []
-    for name in os.listdir(directory):
-        if len(name) == 20 and name.isdigit():
-            out.append((int(name), os.path.join(directory, name)))
-    return sorted(out)
-
-
-def _map(path: str) -> mmap.mmap | None:
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return None
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-
-
 def check_store(root: str) -> CheckReport:
     """Verify root without changing it; problems are listed, not raised."""
-    if not os.path.isdir(os.path.join(root, "commitlog")):
-        raise StoreError(f"{root} has no commitlog directory: not a pyrmq store")
+    require_store(root)
     rep = CheckReport(root=root)
     records: dict[int, tuple[str, int, int, int]] = {}  # phys -> topic, qid, qoff, size
     per_queue: dict[tuple[str, int], int] = defaultdict(int)
-    segs = _segments(os.path.join(root, "commitlog"))
+    segs = segments(os.path.join(root, "commitlog"))
     for i, (start, path) in enumerate(segs):
         rep.segments += 1
         if i and start != segs[i - 1][0] + os.path.getsize(segs[i - 1][1]):
             rep.problems.append(f"CommitLog segment {start:020d} does not follow the previous one")
-        mm = _map(path)
+        mm = map_read_only(path)
         if mm is None:
             continue
         with mm:
@@ -94,8 +76,8 @@ def check_store(root: str) -> CheckReport:
         for qid_name in sorted(os.listdir(os.path.join(cq_root, topic))):
             qid = int(qid_name) if qid_name.isdigit() else -1
             units = 0
-            for start, path in _segments(os.path.join(cq_root, topic, qid_name)):
-                mm = _map(path)
+            for start, path in segments(os.path.join(cq_root, topic, qid_name)):
+                mm = map_read_only(path)
                 if mm is None:
                     continue
                 with mm:
