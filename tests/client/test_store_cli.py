@@ -13,24 +13,11 @@ from __future__ import annotations
 import pathlib
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from pyrmq.testing.cluster import StandaloneProcess
-
-CLI_TIMEOUT = 60.0
-
-
-def pyrmq(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyrmq", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        cwd=cwd,
-        check=False,
-    )
+from tests.client.test_admin_cli import pyrmq
 
 
 def one_error_line(r: subprocess.CompletedProcess[str]) -> str:
