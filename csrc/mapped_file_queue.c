@@ -181,12 +181,17 @@ int rmq_mfq_prepare_next(rmq_mfq_t *q) {
     if (rc != RMQ_OK) return rc;
     pthread_mutex_lock(&q->lock);
     int64_t now_next = q->count ? q->files[q->count - 1]->from_offset + q->file_size : 0;
+    int unused = 0;
     if (q->prepared == NULL && now_next == next) {
         q->prepared = f;
         f = NULL;
+    } else {
+        /* Lost a race: the file is someone else's (same name) unless the
+         * queue started after it (it is below the first file). */
+        unused = q->count && next < q->files[0]->from_offset;
     }
     pthread_mutex_unlock(&q->lock);
-    if (f) rmq_mapped_file_destroy(f, 0);
+    if (f) rmq_mapped_file_destroy(f, unused);
     return RMQ_OK;
 }
 
@@ -252,7 +257,10 @@ static int append_file(rmq_mfq_t *q, int64_t start, int empty, int64_t start_off
         q->prepared = NULL;
     }
     pthread_mutex_unlock(&q->lock);
-    if (stale) rmq_mapped_file_destroy(stale, 0);
+    /* A prepared file below the new one was never used (an empty queue that
+     * started further on, as a slave's CommitLog does): its file goes too,
+     * or the directory would no longer be contiguous. */
+    if (stale) rmq_mapped_file_destroy(stale, stale->from_offset < f->from_offset);
     if (rc != RMQ_OK) {
         rmq_mapped_file_destroy(f, 1);
         return rc;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commit_log_replica.h"
 #include "java_hash.h"
 #include "rmq_errors.h"
 #include "rmq_format.h"
@@ -423,6 +424,21 @@ int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t
     if (rc != RMQ_OK) return rc;
     dispatch_after_put(s);
     return RMQ_OK;
+}
+
+int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
+                             int64_t *accepted, int32_t *rolled) {
+    int empty = rmq_mfq_last(s->cl.mfq) == NULL;
+    int rc = rmq_commit_log_append_replica(&s->cl, offset, data, len, 1, accepted, rolled);
+    if (*accepted > 0) {
+        if (empty) {
+            /* the copy starts at the master's first segment, maybe past 0 */
+            __atomic_store_n(&s->dispatched, offset, __ATOMIC_RELEASE);
+            __atomic_store_n(&s->index_dispatched, offset, __ATOMIC_RELEASE);
+        }
+        dispatch_after_put(s);
+    }
+    return rc;
 }
 
 static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {

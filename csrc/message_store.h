@@ -112,6 +112,12 @@ int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r)
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r);
 
+/* A slave's append: bytes of the master's CommitLog from offset on, written
+ * unchanged after their checks (rmq_commit_log_append_replica), then
+ * dispatched like a put's. *accepted: the prefix written. Owner thread. */
+int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
+                             int64_t *accepted, int32_t *rolled);
+
 /* Build ConsumeQueue/IndexFile entries for records in [dispatched, end of
  * CommitLog). *n gets the number of records dispatched. Owner thread. */
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n);

@@ -526,6 +526,32 @@ cdef class MessageStoreCore:
         self._check()
         return rmq_mfq_flushed_where(self._s.cl.mfq)
 
+    def append_replica(self, long long offset, data) -> tuple:
+        """A slave's append: data is the master's CommitLog from offset on.
+        Writes the whole records (and end-of-segment blanks) that pass their
+        checks, unchanged, and dispatches them. Returns (bytes accepted,
+        needs_allocate); the rest is an incomplete record to send again with
+        the bytes that follow it. Raises ValueError when offset is not where
+        this CommitLog ends, and CorruptStoreError (after writing what came
+        before it) when a record fails its checks."""
+        cdef const unsigned char[::1] mv = data
+        cdef int64_t accepted = 0
+        cdef int32_t rolled = 0
+        cdef Py_ssize_t n = mv.shape[0]
+        cdef int rc
+        self._check()
+        if n == 0:
+            return 0, False
+        with nogil:
+            rc = rmq_store_append_replica(self._s, offset, &mv[0], n, &accepted, &rolled)
+        if rc == RMQ_EBAD_ARG:
+            raise ValueError(
+                f"replica data at {offset} does not continue this CommitLog, which ends at "
+                f"{rmq_mfq_max_offset(self._s.cl.mfq)}")
+        if rc != 0:
+            _raise_for(rc, f"replica data at {offset + accepted}")
+        return accepted, rolled != 0
+
     def dispatch(self) -> int:
         """Dispatch records not yet in ConsumeQueues/IndexFiles (after a
         failed dispatch); returns how many were dispatched."""
