@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -12,6 +13,9 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.ha.client import HAClient
+from pyrmq.broker.ha.service import HAService
+from pyrmq.broker.ha.slave_sync import SlaveSynchronize
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
@@ -21,11 +25,24 @@ from pyrmq.broker.registration import BrokerOuterAPI
 from pyrmq.broker.schedule import ScheduleMessageService
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import ClientError
-from pyrmq.remoting import RemotingClient, RemotingCommand, RemotingServer, RequestCode
+from pyrmq.remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    ResponseCode,
+)
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore, MessageStoreConfig
 
 log = logging.getLogger("pyrmq.broker")
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
 
 
 class Broker:
@@ -43,6 +60,15 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
+        self.slave = config.broker_role == "SLAVE"
+        #: a master's replication service / a slave's replication client and
+        #: metadata sync
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        #: a slave's master (remoting address), as the name server or the
+        #: replication handshake told
+        self.master_addr = ""
 
     @property
     def addr(self) -> str:
@@ -87,8 +113,12 @@ class Broker:
             self._prepare_commit_log_path()
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
+            if not self.slave:
+                self.ha = await self._start_ha_service(store)
         except BaseException:
             sock.close()
+            if self.store is not None:
+                await self.store.shutdown()
             raise
         root = self.store_config.store_path_root_dir
         self.topics = TopicConfigManager(
@@ -116,6 +146,8 @@ class Broker:
             broker_permission=cfg.broker_permission,
             send_queue_capacity=cfg.send_thread_pool_queue_capacity,
             fast_failure=cfg.broker_fast_failure_enable,
+            broker_role=cfg.broker_role,
+            ha=self.ha,
         )
         self.pull_processor = PullMessageProcessor(
             store,
@@ -126,6 +158,9 @@ class Broker:
             short_polling_time_ms=cfg.short_polling_time_mills,
             sendfile_min_bytes=cfg.transfer_by_sendfile_min_bytes,
             broker_permission=cfg.broker_permission,
+            broker_role=cfg.broker_role,
+            slave_read_enable=cfg.slave_read_enable,
+            memory_limit_bytes=_physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
         )
         cm = ConsumerManageProcessor(
             store,
@@ -189,6 +224,8 @@ class Broker:
         server.register(
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, admin.invoke_broker_to_reset_offset
         )
+        server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
+        server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
         server.add_close_listener(self._channel_closed)
         self.outer = BrokerOuterAPI(
             self.client,
@@ -197,16 +234,25 @@ class Broker:
             broker_name=cfg.broker_name,
             broker_id=cfg.broker_id,
             broker_addr=self.addr,
-            ha_server_addr=f"{self.ip}:{self.port + 1}",
+            ha_server_addr=f"{self.ip}:{self.ha.port if self.ha else self.port + 1}",
             topic_wrapper=self.topics.serialize_wrapper,
+            on_master=self._master_learned,
         )
-        await self.schedule.start()
+        if self.slave:
+            # delivery of delayed messages is the master's; a slave keeps
+            # the offsets only (SlaveSynchronize)
+            self.schedule.load_offsets()
+            self._start_replication(store)
+        else:
+            await self.schedule.start()
         await server.start(sock=sock)
         await self.topics.persist()
         log.info(
-            "broker %s (%s) listening on %s:%d; clients use %s; store %s (%s)",
+            "broker %s (%s) %s id %d listening on %s:%d; clients use %s; store %s (%s)",
             cfg.broker_name,
             cfg.broker_cluster_name,
+            cfg.broker_role,
+            cfg.broker_id,
             cfg.listen_host,
             self.port,
             self.addr,
@@ -217,19 +263,111 @@ class Broker:
             await self.outer.register_all()
         else:
             log.warning("no namesrvAddr configured: clients cannot find this broker by route")
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(
                 self._every(cfg.register_name_server_period / 1000, self.outer.register_all),
                 name="pyrmq:broker:register",
             ),
             asyncio.create_task(
-                self._every(cfg.flush_consumer_offset_interval / 1000, self.offsets.persist),
+                self._every(cfg.flush_consumer_offset_interval / 1000, self._persist_offsets),
                 name="pyrmq:broker:offsets",
             ),
             asyncio.create_task(
                 self._every(10.0, self._scan_clients), name="pyrmq:broker:scan-clients"
             ),
         ]
+
+    async def _start_ha_service(self, store: MessageStore) -> HAService:
+        cfg = self.config
+        port = cfg.ha_port
+
+        def make(p: int) -> HAService:
+            return HAService(
+                store,
+                cluster=cfg.broker_cluster_name,
+                broker_name=cfg.broker_name,
+                broker_addr=self.addr,
+                host=cfg.listen_host,
+                port=p,
+                transfer_batch_size=cfg.ha_transfer_batch_size,
+                heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
+                housekeeping_interval=cfg.ha_housekeeping_interval / 1000,
+                max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+                sync_timeout=self.store_config.sync_flush_timeout_ms / 1000,
+            )
+
+        ha = make(port)
+        try:
+            await ha.start()
+        except OSError as e:
+            if cfg.ha_listen_port >= 0:
+                raise ClientError(f"haListenPort {port}: {e.strerror or e}") from None
+            # the default (listenPort + 1) is taken: slaves learn the port
+            # from the name servers, so any free one serves
+            log.warning("HA port %d is in use (%s): listening on a free port", port, e)
+            ha = make(0)
+            await ha.start()
+        return ha
+
+    def _start_replication(self, store: MessageStore) -> None:
+        cfg = self.config
+        self.ha_client = HAClient(
+            store,
+            cluster=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name,
+            broker_id=cfg.broker_id,
+            master_ha_addr=cfg.ha_master_address,
+            heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
+            on_appended=self.pull_processor.wake_all,
+            on_master=self._master_remoting_addr,
+        )
+        self.slave_sync = SlaveSynchronize(
+            self.client, lambda: self.master_addr, self.topics, self.offsets, self.schedule
+        )
+        self.ha_client.start()
+        self.slave_sync.start()
+        if cfg.namesrv_addrs and not cfg.ha_master_address:
+            self._tasks.append(
+                asyncio.create_task(self._find_master(), name="pyrmq:broker:find-master")
+            )
+
+    async def _find_master(self) -> None:
+        """While replication is down, ask the name servers for the master
+        every second (a registration's answer names it), not only every
+        registerNameServerPeriod: a slave started before its master, or a
+        master back on another address, is found at once."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.ha_client is not None and not self.ha_client.connected:
+                with contextlib.suppress(Exception):
+                    await self.outer.register_all()
+
+    def _master_learned(self, master_addr: str, ha_addr: str) -> None:
+        """The name server's answer to a slave's registration."""
+        self._master_remoting_addr(master_addr)
+        if self.ha_client is not None and not self.config.ha_master_address:
+            self.ha_client.set_master_ha_addr(ha_addr)
+
+    def _master_remoting_addr(self, addr: str) -> None:
+        if addr and addr != self.master_addr:
+            self.master_addr = addr
+            if self.slave_sync is not None:
+                self.slave_sync.sync_soon()
+
+    async def _persist_offsets(self) -> None:
+        await self.offsets.persist()
+        if self.slave:
+            await self.schedule.persist()
+
+    def _all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET (43): consumerOffset.json's content."""
+        body = json.dumps(self.offsets.snapshot()).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
+
+    def _all_delay_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_DELAY_OFFSET (45): delayOffset.json's content."""
+        body = json.dumps(self.schedule.snapshot()).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     async def _every(self, interval: float, job: Any) -> None:
         while True:
@@ -306,6 +444,10 @@ class Broker:
             "heldPulls": self.pull_processor.held_count,
             "scheduleMessageDelivered": self.schedule.delivered,
             "connections": len(self.server.connections) if self.server else 0,
+            "brokerRole": self.config.broker_role,
+            "brokerId": self.config.broker_id,
+            **(self.ha.status() if self.ha is not None else {}),
+            **(self.ha_client.status() if self.ha_client is not None else {}),
         }
 
     async def shutdown(self) -> None:
@@ -319,9 +461,15 @@ class Broker:
             return
         if self.config.namesrv_addrs and hasattr(self, "outer"):
             await self.outer.unregister_all()
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+        if self.slave_sync is not None:
+            await self.slave_sync.shutdown()
         if hasattr(self, "pull_processor"):
             self.pull_processor.shutdown()
             self.send_processor.shutdown()
+        if self.ha is not None:
+            await self.ha.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if hasattr(self, "schedule"):

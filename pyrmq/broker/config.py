@@ -34,6 +34,14 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def _is_host_port(addr: str) -> bool:
+    host, _, port = addr.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) <= 65535
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerConfig:
     """Broker settings (RocketMQ BrokerConfig + NettyServerConfig)."""
@@ -76,11 +84,52 @@ class BrokerConfig:
     #: pull answers at least this large go by sendfile (smaller ones are
     #: copied: one gathered copy beats per-range sendfile below ~16 KiB here)
     transfer_by_sendfile_min_bytes: int = 16 * 1024
+    #: ASYNC_MASTER | SYNC_MASTER (a send is answered once a slave holds
+    #: it) | SLAVE (copies its master's CommitLog, takes no sends)
+    broker_role: str = "ASYNC_MASTER"
+    #: the master's replication port; -1: listenPort + 1 (any free port when
+    #: listenPort is 0), 0: any free port
+    ha_listen_port: int = -1
+    #: a slave's master (its haListenPort, "ip:port"); empty: as the name
+    #: servers tell
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    #: a slave more than this many bytes behind is not waited for: a
+    #: SYNC_MASTER answers SLAVE_NOT_AVAILABLE
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    #: let consumers read from a slave when the master suggests it (the data
+    #: they pull is no longer in the master's memory)
+    slave_read_enable: bool = False
+    #: % of RAM: pulls of data further behind the CommitLog's end than this
+    #: are suggested to go to a slave (with slaveReadEnable)
+    access_message_in_memory_max_ratio: int = 40
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
 
     def __post_init__(self) -> None:
+        if self.broker_role not in BROKER_ROLES:
+            raise ClientError(
+                f"brokerRole={self.broker_role!r}: expected one of {', '.join(BROKER_ROLES)}"
+            )
+        if self.broker_role == "SLAVE" and self.broker_id <= 0:
+            raise ClientError("brokerRole=SLAVE needs brokerId > 0 (brokerId 0 is the master)")
+        if self.broker_role != "SLAVE" and self.broker_id != 0:
+            # RocketMQ's BrokerStartup sets a master's id to 0 whatever is set
+            object.__setattr__(self, "broker_id", 0)
+        if not -1 <= self.ha_listen_port <= 65535:
+            raise ClientError(f"haListenPort {self.ha_listen_port} is not a TCP port")
+        if self.ha_master_address and not _is_host_port(self.ha_master_address):
+            raise ClientError(
+                f"haMasterAddress={self.ha_master_address!r}: expected host:port of the "
+                "master's haListenPort"
+            )
+        if min(self.ha_send_heartbeat_interval, self.ha_housekeeping_interval) <= 0:
+            raise ClientError("haSendHeartbeatInterval and haHousekeepingInterval must be > 0")
+        if self.ha_transfer_batch_size <= 0 or self.ha_max_gap_not_in_sync <= 0:
+            raise ClientError("haTransferBatchSize and haMaxGapNotInSync must be > 0")
         if not 0 <= self.listen_port <= 65535:
             raise ClientError(f"listenPort {self.listen_port} is not a TCP port")
         if self.broker_id < 0:
@@ -100,6 +149,13 @@ class BrokerConfig:
                     f"brokerIP1 {self.broker_ip1!r} must be a dotted IPv4 address "
                     "(clients reach the broker by it; RocketMQ's C++ client needs IPv4)"
                 ) from None
+
+    @property
+    def ha_port(self) -> int:
+        """The port the HAService listens on (0: any free one)."""
+        if self.ha_listen_port >= 0:
+            return self.ha_listen_port
+        return self.listen_port + 1 if self.listen_port else 0
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:

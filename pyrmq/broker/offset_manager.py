@@ -32,6 +32,10 @@ class ConsumerOffsetManager:
             }
         }
 
+    def snapshot(self) -> dict[str, Any]:
+        """The table as consumerOffset.json holds it (GET_ALL_CONSUMER_OFFSET)."""
+        return self._snapshot()
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self.table.setdefault(f"{topic}@{group}", {})
         if queues.get(queue_id) != offset:

@@ -29,6 +29,7 @@ class BrokerOuterAPI:
         ha_server_addr: str,
         topic_wrapper: Callable[[], dict[str, Any]],
         timeout: float = 6.0,
+        on_master: Callable[[str, str], None] | None = None,
     ) -> None:
         self.client = client
         self.namesrv_addrs = namesrv_addrs
@@ -40,6 +41,8 @@ class BrokerOuterAPI:
             "brokerId": str(broker_id),
         }
         self._topic_wrapper = topic_wrapper
+        #: a slave learns its master from the answer: (masterAddr, haServerAddr)
+        self._on_master = on_master
         self.timeout = timeout
         self.registered: dict[str, bool] = {}
 
@@ -69,7 +72,10 @@ class BrokerOuterAPI:
             return False
         ok = resp.code == ResponseCode.SUCCESS
         if not ok:
-            log.warning("name server %s refused registration: %s", addr, resp.remark)
+            log.error("name server %s refused registration: %s", addr, resp.remark)
+        elif self._on_master is not None and resp.ext_fields.get("masterAddr"):
+            f = resp.ext_fields
+            self._on_master(f.get("masterAddr", ""), f.get("haServerAddr", ""))
         elif not self.registered.get(addr):
             log.info("registered with name server %s", addr)
         self.registered[addr] = ok

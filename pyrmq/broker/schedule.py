@@ -60,12 +60,7 @@ class ScheduleMessageService:
         return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
 
     async def start(self) -> None:
-        self.offsets = (
-            self._file.load(
-                lambda d: {int(k): int(v) for k, v in (d.get("offsetTable") or {}).items()}
-            )
-            or {}
-        )
+        self.load_offsets()
         self.store.add_arrival_listener(self._arrived)
         for level in range(1, len(self.delays) + 1):
             self._tasks.append(
@@ -81,6 +76,27 @@ class ScheduleMessageService:
                 await t
         self._tasks.clear()
         self._file.persist_now()
+
+    def snapshot(self) -> dict[str, Any]:
+        """delayOffset.json's content (GET_ALL_DELAY_OFFSET)."""
+        return self._snapshot()
+
+    async def persist(self) -> None:
+        await self._file.persist()
+
+    def replace_offsets(self, offsets: dict[int, int]) -> None:
+        """A slave takes its master's delay offsets (saved with the next
+        persist)."""
+        self.offsets = dict(offsets)
+
+    def load_offsets(self) -> None:
+        """Read delayOffset.json without starting delivery (a slave)."""
+        self.offsets = (
+            self._file.load(
+                lambda d: {int(k): int(v) for k, v in (d.get("offsetTable") or {}).items()}
+            )
+            or {}
+        )
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._events):

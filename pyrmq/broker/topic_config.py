@@ -168,6 +168,18 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def replace_all_from_master(self, wrapper: dict[str, Any]) -> bool:
+        """A slave takes its master's table (GET_ALL_TOPIC_CONFIG's answer)
+        when the master's dataVersion differs; True when it changed."""
+        table, version = self._parse(wrapper)
+        if version is None or version == self.data_version:
+            return False
+        self.table = table
+        self.data_version = version
+        if self._on_change is not None:
+            self._on_change()
+        return True
+
     def serialize_wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper (REGISTER_BROKER, GET_ALL_TOPIC_CONFIG)."""
         return self._snapshot()

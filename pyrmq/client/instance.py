@@ -81,6 +81,8 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id -> address}
         self.broker_addr_table: dict[str, dict[int, str]] = {}
+        #: mq -> the broker id its last pull answer suggested
+        self.pull_from_which_node: dict[MessageQueue, int] = {}
         self.members: list[ClientMember] = []
         #: heartbeat sections, refreshed by their owners
         self.producer_data: list[dict[str, Any]] = []
@@ -211,6 +213,30 @@ class ClientInstance:
         if only_master:
             return None
         return next(iter(addrs.values()))
+
+    def pull_addr(self, mq: MessageQueue) -> str | None:
+        """Where to pull mq from (PullAPIWrapper): the broker its last pull
+        answer suggested (suggestWhichBrokerId; the master, 0, at first),
+        else the master, else any replica of its broker name (a slave keeps
+        serving while the master is away)."""
+        addrs = self.broker_addr_table.get(mq.broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(self.pull_from_which_node.get(mq, MASTER_ID))
+        if addr is None:
+            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()))
+        return addr
+
+    def suggest_pull_node(self, mq: MessageQueue, broker_id: int) -> None:
+        self.pull_from_which_node[mq] = broker_id
+
+    async def pull_addr_or_refresh(self, mq: MessageQueue) -> str | None:
+        addr = self.pull_addr(mq)
+        if addr is None:
+            with contextlib.suppress(RMQError):
+                await self.update_topic_route(mq.topic)
+            addr = self.pull_addr(mq)
+        return addr
 
     async def find_broker_addr_or_refresh(
         self, broker_name: str, topic: str, only_master: bool = True

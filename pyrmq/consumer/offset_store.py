@@ -86,7 +86,9 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             off = self.offset_table.get(mq)
             if off is not None or type_ is ReadOffsetType.READ_FROM_MEMORY:
                 return off if off is not None else -1
-        addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+        addr = await self.client.find_broker_addr_or_refresh(
+            mq.broker_name, mq.topic, only_master=False
+        )
         if addr is None:
             return -2
         try:
@@ -103,7 +105,9 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         off = self.offset_table.get(mq)
         if off is None:
             return
-        addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+        addr = await self.client.find_broker_addr_or_refresh(
+            mq.broker_name, mq.topic, only_master=False
+        )
         if addr is None:
             log.warning("%s: offset of %s not committed: broker not found", self.group, mq)
             return

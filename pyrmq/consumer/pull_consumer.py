@@ -316,7 +316,7 @@ class PullConsumer(ConsumerBase):
                 continue
             sub = self._subscription_for(mq.topic)
             try:
-                addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+                addr = await self.client.pull_addr_or_refresh(mq)
                 if addr is None:
                     raise ClientError(f"broker {mq.broker_name} is not in the route")
                 result = await self.client.api.pull_message(
@@ -339,6 +339,7 @@ class PullConsumer(ConsumerBase):
             if pq.dropped or state.generation != generation:
                 return
             pq.last_pull_timestamp = pq.clock()
+            self.client.suggest_pull_node(mq, result.suggest_which_broker_id)
             state.pull_offset = result.next_begin_offset
             if result.pull_status is PullStatus.FOUND:
                 msgs = result.msg_found_list

@@ -468,10 +468,10 @@ class PushConsumer(ConsumerBase):
                 if mem > 0:
                     commit_offset = mem
                     sys_flag |= PULL_FLAG_COMMIT_OFFSET
-            addr = self.client.find_broker_addr(mq.broker_name)
+            addr = self.client.pull_addr(mq)
             try:
                 if addr is None:
-                    addr = await self.client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+                    addr = await self.client.pull_addr_or_refresh(mq)
                     if addr is None:
                         raise ClientError(f"broker {mq.broker_name} is not in the route")
                 result = await api.pull_message(
@@ -496,6 +496,7 @@ class PushConsumer(ConsumerBase):
             pq.last_pull_timestamp = pq.clock()
             if pq.dropped:
                 return
+            self.client.suggest_pull_node(mq, result.suggest_which_broker_id)
             status = result.pull_status
             prev = next_offset
             next_offset = result.next_begin_offset

@@ -253,7 +253,8 @@ async def compute_pull_from_where(
         return -1
     if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return 0
-    addr = await client.find_broker_addr_or_refresh(mq.broker_name, mq.topic)
+    # the master, or while it is away a slave (it has the same queues)
+    addr = await client.find_broker_addr_or_refresh(mq.broker_name, mq.topic, only_master=False)
     if addr is None:
         return -1
     try:

@@ -87,6 +87,11 @@ def recovery_repairs(rec: dict[str, Any]) -> list[str]:
     return out
 
 
+def _flush_logged(f: asyncio.Future[bool]) -> None:
+    if not f.cancelled() and f.exception() is None and not f.result():
+        log.warning("the CommitLog flush took longer than syncFlushTimeout")
+
+
 def encode_host(host: str, port: int) -> bytes:
     """Socket address as stored: IPv4 (4 bytes) or IPv6 (16) + int32 port."""
     ip = ipaddress.ip_address(host)
@@ -337,6 +342,28 @@ class MessageStore:
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
+
+    def append_replica(self, offset: int, data: bytes | bytearray) -> int:
+        """A slave's append: data is the master's CommitLog from offset on
+        (offset is where this CommitLog ends). Writes the whole records in
+        it, unchanged, after their checks, and dispatches them; returns the
+        bytes written (the rest is an incomplete record: send it again with
+        what follows). Raises CorruptStoreError when a record fails its
+        checks (what came before it is written) and ValueError when offset
+        is not where this CommitLog ends."""
+        core = self.core
+        accepted, needs_allocate = core.append_replica(offset, data)
+        if needs_allocate:
+            self._schedule_allocate()
+        if accepted:
+            if not self._indexing:
+                self._schedule_index()
+            if self._group_commit is not None:
+                # SYNC_FLUSH: the copy is flushed as soon as it lands, as the
+                # master's puts are (a group commit of its own)
+                end = offset + accepted
+                self._group_commit.wait_flushed(end).add_done_callback(_flush_logged)
+        return int(accepted)
 
     def _set_disk_full(self, full: bool) -> None:
         self._disk_full = full

@@ -41,4 +41,3 @@ def coalesce_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((offset, size))
     return out
-

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
@@ -83,6 +84,9 @@ class PullMessageProcessor:
         short_polling_time_ms: int = 1000,
         sendfile_min_bytes: int = 16 * 1024,
         broker_permission: int = 6,
+        broker_role: str = "ASYNC_MASTER",
+        slave_read_enable: bool = False,
+        memory_limit_bytes: int = 0,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -92,6 +96,12 @@ class PullMessageProcessor:
         self.short_polling_time_ms = short_polling_time_ms
         self.sendfile_min_bytes = sendfile_min_bytes
         self.broker_permission = broker_permission
+        self.slave = broker_role == "SLAVE"
+        #: slaveReadEnable: suggest the slave (brokerId 1) to a consumer
+        #: whose pull reads further than memory_limit_bytes behind the
+        #: CommitLog's end (accessMessageInMemoryMaxRatio of RAM)
+        self.slave_read_enable = slave_read_enable
+        self.memory_limit_bytes = memory_limit_bytes
         #: (topic, queue_id) -> held pulls
         self._held: dict[tuple[str, int], list[PullRequest]] = {}
         self._to_wake: set[tuple[str, int]] = set()
@@ -147,7 +157,7 @@ class PullMessageProcessor:
                     f"the consumer's subscription not exist, group: {group} topic: {topic}"
                 )
             sub = found
-        if sysflag & FLAG_COMMIT_OFFSET:
+        if sysflag & FLAG_COMMIT_OFFSET and not self.slave:
             commit = header_int(f, "commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit_offset(group, topic, queue_id, commit)
@@ -180,11 +190,15 @@ class PullMessageProcessor:
             # hold service checks the tag code); a held pull that saw only
             # other tags answers 20 with the advanced offset at its deadline.
             return False
+        if code == ResponseCode.PULL_OFFSET_MOVED and self.slave:
+            # a slave may be behind its master: it never moves a consumer's
+            # offset (RocketMQ's offsetCheckInSlave=false)
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
         ext = {
             "nextBeginOffset": str(r.next_begin_offset),
             "minOffset": str(r.min_offset),
             "maxOffset": str(r.max_offset),
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": "1" if self._consuming_slowly(r) else "0",
         }
         conn, cmd = req.conn, req.cmd
         if code != ResponseCode.SUCCESS:
@@ -208,7 +222,24 @@ class PullMessageProcessor:
             conn.send(resp)
         return True
 
+    def _consuming_slowly(self, r: Any) -> bool:
+        """RocketMQ's suggestPullingFromSlave: the pulled data is further
+        behind the CommitLog's end than the master keeps in memory."""
+        if not self.slave_read_enable or not r.ranges:
+            return False
+        return self.store.commit_log_max_offset - r.ranges[0][0] > self.memory_limit_bytes
+
     # -- PullRequestHoldService --------------------------------------------------
+
+    def wake_all(self) -> None:
+        """Look again at every held pull (a slave after replicated data
+        landed: its queues are not known one by one)."""
+        if not self._held:
+            return
+        self._to_wake.update(self._held)
+        if not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
 
     def _hold(self, req: PullRequest, wait: float) -> None:
         loop = asyncio.get_running_loop()

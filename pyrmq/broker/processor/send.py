@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import rmqcore
+from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
@@ -105,6 +106,8 @@ class SendMessageProcessor:
         broker_permission: int,
         send_queue_capacity: int = 10_000,
         fast_failure: bool = True,
+        broker_role: str = "ASYNC_MASTER",
+        ha: HAService | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -119,6 +122,10 @@ class SendMessageProcessor:
         self.fast_failure = fast_failure
         self._busy_after = store.config.os_page_cache_busy_time_out_mills / 1000
         self._sync = store.config.flush_disk_type.value == "SYNC_FLUSH"
+        #: brokerRole: a SLAVE refuses sends; a SYNC_MASTER answers once a
+        #: slave holds the message (ha waits for it)
+        self._slave = broker_role == "SLAVE"
+        self._ha = ha if broker_role == "SYNC_MASTER" else None
         self._inflater: ThreadPoolExecutor | None = None
         #: sends answered SYSTEM_BUSY (runtime info, tests)
         self.busy_refusals = 0
@@ -134,6 +141,11 @@ class SendMessageProcessor:
         batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch") in _TRUE
         if not self.broker_permission & PERM_WRITE:
             raise NoPermissionError("the broker does not allow writes now")
+        if self._slave:
+            raise ServiceNotAvailableError(
+                "service not available now: messages are put to the slave; a slave takes no "
+                "sends, send to its master (brokerId 0)"
+            )
         if self._sync and not cmd.flag & FLAG_ONEWAY:
             self._refuse_if_busy()
         topic = f.get("topic")
@@ -260,13 +272,33 @@ class SendMessageProcessor:
                 self.oneway_holds += 1
                 conn.hold_reading(fut)
             return None
-        if self._sync and "WAIT\x01false" not in props:
-            fut = self.store.durable_future(r)
-            if fut is not None and not (fut.done() and fut.result()):
-                # the wait holds the answer only, not the request and its body
-                fut.add_done_callback(lambda f: conn.send_soon(_durable_answer(answer, f)))
-                return None
-        return answer
+        if "WAIT\x01false" in props or cmd.flag & FLAG_ONEWAY:
+            return answer
+        flush = self.store.durable_future(r) if self._sync else None
+        replica = None
+        if self._ha is not None:
+            end = r.phys_offset + r.wrote_bytes
+            if self._ha.is_slave_ok(end):
+                replica = self._ha.wait_replicated(end)
+            else:
+                # stored on the master only; the client decides (RocketMQ's
+                # SendStatus.SLAVE_NOT_AVAILABLE)
+                answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
+                answer.remark = "no slave is connected or it is too far behind"
+        waits = [f for f in (flush, replica) if f is not None and not _settled_ok(f)]
+        if not waits:
+            return answer
+        # the waits hold the answer only, not the request and its body
+        left = [len(waits)]
+
+        def one_done(_: asyncio.Future[bool]) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                conn.send_soon(_durable_answer(answer, flush, replica))
+
+        for w in waits:
+            w.add_done_callback(one_done)
+        return None
 
     def _topic_for_send(self, topic: str, f: dict[str, str]) -> TopicConfig:
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -392,6 +424,11 @@ class SendMessageProcessor:
     def process_send_back(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
         """Put a message a consumer failed on into %RETRY%<group> (through
         the delay levels) or, after maxReconsumeTimes, into %DLQ%<group>."""
+        if self._slave:
+            raise ServiceNotAvailableError(
+                "service not available now: a slave takes no messages back; send them to "
+                "the master (brokerId 0)"
+            )
         f = cmd.ext_fields
         group = f.get("group", "")
         if not group:
@@ -437,19 +474,37 @@ class SendMessageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
 
-def _durable_answer(answer: RemotingCommand, f: asyncio.Future[bool]) -> RemotingCommand:
-    """The send answer (made as SUCCESS) once the group commit has decided:
-    SUCCESS when durable, FLUSH_DISK_TIMEOUT when syncFlushTimeout passed
-    first (the message is stored and will be flushed), SYSTEM_ERROR if the
-    flush failed."""
-    if f.cancelled():
-        answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, "the broker is shutting down"
-        answer.ext_fields = {}
-    elif (exc := f.exception()) is not None:
-        answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, f"flush to disk failed: {exc}"
-        answer.ext_fields = {}
-    elif not f.result():
+def _settled_ok(f: asyncio.Future[bool]) -> bool:
+    return f.done() and not f.cancelled() and f.exception() is None and f.result()
+
+
+def _durable_answer(
+    answer: RemotingCommand,
+    flush: asyncio.Future[bool] | None,
+    replica: asyncio.Future[bool] | None,
+) -> RemotingCommand:
+    """The send answer (made as SUCCESS) once the group commit and the
+    replication wait have decided: SUCCESS when durable (and, on a
+    SYNC_MASTER, held by a slave); FLUSH_DISK_TIMEOUT or FLUSH_SLAVE_TIMEOUT
+    when syncFlushTimeout passed first (the message is stored and will be
+    flushed and copied); SYSTEM_ERROR if the flush failed. Both timing out
+    answers the disk's."""
+    for f in (flush, replica):
+        if f is None:
+            continue
+        if f.cancelled():
+            answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, "the broker is shutting down"
+            answer.ext_fields = {}
+            return answer
+        if (exc := f.exception()) is not None:
+            answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, f"flush to disk failed: {exc}"
+            answer.ext_fields = {}
+            return answer
+    if flush is not None and not flush.result():
         answer.code, answer.remark = ResponseCode.FLUSH_DISK_TIMEOUT, "the flush to disk timed out"
+    elif replica is not None and not replica.result():
+        answer.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
+        answer.remark = "the slave did not confirm the message within syncFlushTimeout"
     return answer
 
 
