@@ -56,6 +56,10 @@ class BrokerLiveInfo:
     channel: Any
 
 
+class BrokerConflictError(ValueError):
+    """A registration that would take another live broker's place."""
+
+
 class RouteInfoManager:
     """The NameServer's route tables. `clock` is injectable for expiry tests."""
 
@@ -79,6 +83,14 @@ class RouteInfoManager:
     ) -> dict[str, str]:
         """Upsert a broker and (for a master whose data changed) its topics.
         Returns the response fields (masterAddr/haServerAddr for slaves)."""
+        holder = self.broker_addr_table.get(broker_name)
+        taken = holder.broker_addrs.get(broker_id) if holder is not None else None
+        if taken is not None and taken != broker_addr and taken in self.broker_live_table:
+            raise BrokerConflictError(
+                f"{broker_name} brokerId {broker_id} is already registered by {taken}, which is "
+                f"alive: {broker_addr} cannot take it (two brokers of one brokerName need "
+                "different brokerIds, and only one is the master, brokerId 0)"
+            )
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         bd = self.broker_addr_table.get(broker_name)
         if bd is None:

@@ -12,7 +12,7 @@ import zlib
 from typing import Any
 
 from pyrmq.common.config_file import JsonStateFile
-from pyrmq.namesrv.route_info_manager import RouteInfoManager
+from pyrmq.namesrv.route_info_manager import BrokerConflictError, RouteInfoManager
 from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
 from pyrmq.remoting.connection import Connection
 
@@ -115,16 +115,20 @@ class NameServer:
             topic_configs, data_version = _register_tables(wrapper)
         except (ValueError, TypeError, KeyError, RecursionError, struct.error, zlib.error) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register body: {e!r}")
-        out = self.routes.register_broker(
-            cluster,
-            broker_addr,
-            broker_name,
-            broker_id,
-            f.get("haServerAddr", ""),
-            topic_configs,
-            data_version,
-            conn,
-        )
+        try:
+            out = self.routes.register_broker(
+                cluster,
+                broker_addr,
+                broker_name,
+                broker_id,
+                f.get("haServerAddr", ""),
+                topic_configs,
+                data_version,
+                conn,
+            )
+        except BrokerConflictError as e:
+            log.error("refused registration: %s", e)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark=str(e))
         body = b""
         order = self.kv.get("ORDER_TOPIC_CONFIG")
         if order:
