@@ -532,7 +532,11 @@ def render(doc: dict[str, Any]) -> str:
                 "### Awaited send latency, pyrmq and Redis alternating\n\n"
                 + duel_md(parts["3"]["duel"])
             )
-    for part, title in (("4", "4. Backlog and recovery"), ("5", "5. Scale")):
+    for part, title in (
+        ("4", "4. Backlog and recovery"),
+        ("5", "5. Scale"),
+        ("6", "6. Replication (master/slave)"),
+    ):
         p = parts.get(part)
         if p is None:
             continue

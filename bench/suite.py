@@ -1,6 +1,6 @@
 """The bench suite: one command, bounded time, results in one folder.
 
-    python -m bench.suite --out DIR [--quick] [--parts 12345] [--peers nats,rabbitmq]
+    python -m bench.suite --out DIR [--quick] [--parts 123456] [--peers nats,rabbitmq]
                           [--dir WORKDIR] [--sizes 128,1024,16384]
 
 Parts (bench/README.md, "Suite and peers", says what every figure means):
@@ -22,6 +22,8 @@ Parts (bench/README.md, "Suite and peers", says what every figure means):
    in alternating rounds, both servers up (the latency target's figure).
 4. Backlog and recovery (bench.backlog), 5. scale (bench.scale), when
    those modules are present.
+6. Replication (bench.ha): send throughput and latency of a broker without
+   a slave, ASYNC_MASTER and SYNC_MASTER with one, replication lag.
 
 DIR gets ``results.json`` (everything, written again after every part),
 ``results.md`` (tables, pyrmq/peer ratios, the targets met or missed),
@@ -57,7 +59,7 @@ from bench import _plots, _report
 from bench._e2e import Budget
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-ALL_PARTS = "12345"
+ALL_PARTS = "123456"
 
 
 class Log:
@@ -370,7 +372,7 @@ def run(
                     work, out, quick, budget, log, doc["parts"].setdefault("2", {})
                 ),
             )
-        for part, name in (("4", "backlog"), ("5", "scale")):
+        for part, name in (("4", "backlog"), ("5", "scale"), ("6", "ha")):
             if part in parts:
 
                 def module_part(part: str = part, name: str = name) -> None:
@@ -407,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", required=True, type=pathlib.Path, help="results folder")
     ap.add_argument("--quick", action="store_true", help="a smoke run of a few minutes")
-    ap.add_argument("--parts", default=ALL_PARTS, help="which parts, e.g. 13 (default 12345)")
+    ap.add_argument("--parts", default=ALL_PARTS, help="which parts, e.g. 13 (default 123456)")
     ap.add_argument(
         "--peers",
         type=lambda v: [x for x in v.split(",") if x],
