@@ -7,6 +7,7 @@ pyrmq store dump DIR     print the messages of a queue
 pyrmq standalone         a NameServer and a Broker in one process
 pyrmq namesrv            a NameServer (port 9876)
 pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
+pyrmq cluster            a name server and master/slave broker groups, as processes
 pyrmq admin ...          mqadmin commands (pyrmq admin --help)
 pyrmq produce -t TOPIC   send --body, or each line of stdin, as messages
 pyrmq consume -t TOPIC   print a topic's messages as they arrive
@@ -361,10 +362,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="not needed: the store's files say; if given, it must match them",
     )
-    from pyrmq import admin, serve
+    from pyrmq import admin, deploy, serve
     from pyrmq.benchmark import cli as bench_cli
 
     serve.add_arguments(sub)
+    deploy.add_arguments(sub)
     admin.add_arguments(sub)
     _add_client_tools(sub)
     bench_cli.add_arguments(sub)
@@ -373,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return serve.main(args)
         except (RMQError, OSError, ValueError) as e:
+            return _fail(e)
+    if args.cmd == "cluster":
+        try:
+            return deploy.run(args)
+        except (RMQError, OSError, ValueError, RuntimeError) as e:
             return _fail(e)
     if args.cmd == "admin":
         return admin.main(args)

@@ -169,9 +169,8 @@ class HAClient:
         self._report(writer, store.commit_log_max_offset)
         while True:
             try:
-                offset, data = await asyncio.wait_for(
-                    protocol.read_frame(reader), self.heartbeat_interval * 4
-                )
+                async with asyncio.timeout(self.heartbeat_interval * 4):
+                    offset, data = await protocol.read_frame(reader)
             except TimeoutError:
                 raise protocol.ProtocolError(
                     f"nothing from the master for {self.heartbeat_interval * 4:.0f}s"

@@ -343,7 +343,8 @@ class HAConnection:
                 last_sent = now
                 await self.writer.drain()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), svc.heartbeat_interval)
+                async with asyncio.timeout(svc.heartbeat_interval):
+                    await self.wakeup.wait()
 
     async def close(self) -> None:
         if self._closed:
