@@ -87,6 +87,10 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._notifies: set[asyncio.Task[None]] = set()
         self._leader_since: float | None = None
+        #: the Raft term whose barrier entry is applied here, and the
+        #: barrier being committed (one per term, shared by requests)
+        self._ready_term = -1
+        self._barrier: tuple[int, asyncio.Future[Outcome]] | None = None
         #: why this controller refuses requests (peer lists differ), or None
         self.refusal: str | None = None
         handlers: dict[int, Handler] = {
@@ -133,6 +137,8 @@ class Controller:
         )
 
     async def shutdown(self) -> None:
+        if self._barrier is not None:
+            self._barrier[1].cancel()
         for t in self._tasks + list(self._notifies):
             t.cancel()
         for t in self._tasks + list(self._notifies):
@@ -182,9 +188,32 @@ class Controller:
                 return cmd.response(R.SYSTEM_ERROR, remark=self.refusal)
             if not self.is_leader:
                 return self._not_leader(cmd)
+            await self._leader_ready()
             return await handler(conn, cmd)
 
         return gated
+
+    async def _leader_ready(self) -> None:
+        """Wait until this leader has applied everything committed before
+        its term (see ReplicatedState.barrier): a new leader must not answer
+        from state that lags the log (a SyncStateSet one change old)."""
+        raft = self.raft
+        if raft is None:
+            raise _error(R.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
+        term = raft.term
+        if term == self._ready_term:
+            return
+        if self._barrier is None or self._barrier[0] != term or self._barrier[1].done():
+            barrier = asyncio.ensure_future(self._commit("barrier"))
+            # retrieved even when every waiter was cancelled
+            barrier.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._barrier = (term, barrier)
+        fut = self._barrier[1]
+        await asyncio.shield(fut)
+        if raft.term == term and raft.is_leader:
+            self._ready_term = term
+        else:
+            raise _error(R.CONTROLLER_NOT_LEADER, f"{NOT_LEADER_REMARK} (leadership changed)")
 
     async def _commit(self, name: str, *args: Any) -> Outcome:
         """Append an entry through Raft and wait for it to apply here.
@@ -589,6 +618,10 @@ class Controller:
             log.info("broker %s/%s id %d is not active", cluster, name, broker_id)
         if not self._may_judge_liveness() or self.refusal is not None or self.raft is None:
             return
+        try:
+            await self._leader_ready()
+        except BrokerError:
+            return  # not (or no longer) a ready leader: the next scan sees
         for name, g in list(self.raft.info.groups.items()):
             if not any(self._alive(g, b) for b in g.broker_ids):
                 continue  # the whole group is silent: nothing to elect from

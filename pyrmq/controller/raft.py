@@ -83,6 +83,13 @@ class ReplicatedState(SyncObjConsumer):
         self.info = ReplicasInfo()
 
     @replicated
+    def barrier(self) -> Outcome:
+        """No change: a new leader commits one entry of its own term before
+        it serves, so every entry committed before it is applied here (Raft
+        commits earlier terms' entries only through one of the current)."""
+        return Outcome()
+
+    @replicated
     def member(self, controller_id: str, address: str, fingerprint: str) -> Outcome:
         return self.info.apply_member(controller_id, address, fingerprint)
 
