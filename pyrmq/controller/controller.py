@@ -172,6 +172,8 @@ class Controller:
         if raft is None:
             return ""
         lid = raft.leader_id
+        if lid == self.config.controller_dleger_self_id:
+            return self.address
         member = raft.info.members.get(lid) if lid is not None else None
         return member[0] if member is not None else ""
 
@@ -259,7 +261,8 @@ class Controller:
 
     async def _metadata(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         raft = self.raft
-        members = raft.info.members if raft is not None else {}
+        members = dict(raft.info.members) if raft is not None else {}
+        members[self.config.controller_dleger_self_id] = (self.address, "")
         peers = "".join(
             f"{p.id}:{members[p.id][0] if p.id in members else ''};" for p in self.config.peers
         )
