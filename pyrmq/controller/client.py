@@ -120,6 +120,7 @@ class ControllerClient:
         """The leader's SUCCESS answer, or the error described above."""
         deadline = time.monotonic() + self.retry_timeout
         last: Exception | None = None
+        not_leader: BrokerError | None = None  # some controller answered, none leads
         rounds = int(self.retry_timeout / RETRY_PAUSE) + 2
         for _ in range(rounds):
             order = [self.leader] if self.leader else []
@@ -147,7 +148,7 @@ class ControllerClient:
                         order.insert(0, hint)
                     if self.leader == addr:
                         self.leader = None
-                    last = err
+                    last = not_leader = err
                     continue
                 if err.retriable:
                     last = err
@@ -158,10 +159,14 @@ class ControllerClient:
                 break
             await asyncio.sleep(RETRY_PAUSE)
         where = ";".join(self.addrs)
-        if isinstance(last, ControllerNotLeaderError):
+        # a controller answered but none leads (a NOT_LEADER hint to a dead
+        # leader may have been the last try): that is the error to report
+        if not_leader is not None and not (
+            isinstance(last, BrokerError) and not isinstance(last, ControllerNotLeaderError)
+        ):
             raise ControllerNotLeaderError(
                 f"no controller leader among {where} within {self.retry_timeout:.0f} s "
-                f"(last answer: {last})"
+                f"(last: {last})"
             )
         if isinstance(last, BrokerError):
             raise last
