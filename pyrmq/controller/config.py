@@ -21,9 +21,9 @@ Keys read (Java camelCase as in RocketMQ; snake_case works too):
                                server's port (false)
 
 One difference from RocketMQ: DLedger serves Raft and controller requests
-on one port (the peer address), pysyncobj needs its own port, so here the
+on one port (the peer address); pysyncobj needs its own port, so here the
 peer addresses are Raft ports and listenPort is the remoting port brokers
-dial (controllerAddr). See pyrmq/controller/PROTOCOL.md."""
+dial (controllerAddr). Wire formats: pyrmq/controller/protocol.py."""
 
 from __future__ import annotations
 

@@ -95,13 +95,6 @@ class ReplicasInfo:
         #: controller announced itself through the log
         self.members: dict[str, tuple[str, str]] = {}
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"groups": dict(self.groups), "members": dict(self.members)}
-
-    def restore(self, data: dict[str, Any]) -> None:
-        self.groups = dict(data.get("groups", {}))
-        self.members = dict(data.get("members", {}))
-
     def group(self, broker_name: str) -> BrokerGroup | None:
         return self.groups.get(broker_name)
 

@@ -46,7 +46,7 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
-    # RocketMQ 5 controller mode (pyrmq/controller/PROTOCOL.md has the headers)
+    # RocketMQ 5 controller mode (pyrmq/controller/protocol.py has the headers)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002
