@@ -8,6 +8,7 @@ pyrmq standalone         a NameServer and a Broker in one process
 pyrmq namesrv            a NameServer (port 9876)
 pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
 pyrmq cluster            a name server and master/slave broker groups, as processes
+pyrmq controller -c FILE a RocketMQ 5 controller (master failover) from a controller.conf
 pyrmq admin ...          mqadmin commands (pyrmq admin --help)
 pyrmq produce -t TOPIC   send --body, or each line of stdin, as messages
 pyrmq consume -t TOPIC   print a topic's messages as they arrive
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_client_tools(sub)
     bench_cli.add_arguments(sub)
     args = p.parse_args(argv)
-    if args.cmd in ("namesrv", "broker", "standalone"):
+    if args.cmd in ("namesrv", "broker", "standalone", "controller"):
         try:
             return serve.main(args)
         except (RMQError, OSError, ValueError) as e:

@@ -1,5 +1,6 @@
-"""Running the servers: `pyrmq namesrv`, `pyrmq broker -c broker.conf` and
-`pyrmq standalone` (a NameServer and a Broker in one process)."""
+"""Running the servers: `pyrmq namesrv [-c namesrv.conf]`, `pyrmq broker -c
+broker.conf`, `pyrmq controller -c controller.conf` and `pyrmq standalone`
+(a NameServer and a Broker in one process)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker import Broker, load_broker_conf
-from pyrmq.common.config_file import write_json_atomic
+from pyrmq.common.config_file import read_properties, write_json_atomic
+from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.namesrv import NameServer
 
 log = logging.getLogger("pyrmq")
@@ -24,9 +26,24 @@ log = logging.getLogger("pyrmq")
 def add_arguments(sub: Any) -> None:
     ns = sub.add_parser("namesrv", help="run a NameServer")
     ns.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    ns.add_argument("-p", "--port", type=int, default=9876)
+    ns.add_argument("-p", "--port", type=int, default=None, help="(9876, or listenPort of -c)")
     ns.add_argument("--kv-config", default=None, help="KV config file (default ~/namesrv/)")
+    ns.add_argument(
+        "-c",
+        "--config",
+        default=None,
+        help="namesrv.conf: listenPort, and enableControllerInNamesrv=true with the "
+        "controller keys to serve a controller on the name server's port",
+    )
     ns.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
+
+    ct = sub.add_parser(
+        "controller", help="run a RocketMQ 5 controller (automatic master failover)"
+    )
+    ct.add_argument(
+        "-c", "--config", required=True, help="controller.conf (controllerDLegerPeers, ...)"
+    )
+    ct.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
     br = sub.add_parser("broker", help="run a Broker from a broker.conf")
     br.add_argument("-c", "--config", default=None, help="RocketMQ broker.conf (properties)")
@@ -83,9 +100,30 @@ def _ready(path: str | None, **info: Any) -> None:
 
 
 async def run_namesrv(args: argparse.Namespace) -> int:
-    async with NameServer(args.host, args.port, kv_config_path=args.kv_config) as ns:
-        log.info("NameServer ready: clients and brokers use %s:%d", args.host, ns.port)
-        _ready(args.ready_file, namesrv=f"{args.host}:{ns.port}")
+    props: dict[str, Any] = dict(read_properties(args.config)) if args.config else {}
+    port = args.port if args.port is not None else int(props.get("listenPort", 9876))
+    ctl_cfg = None
+    if str(props.get("enableControllerInNamesrv", "false")).strip().lower() == "true":
+        ctl_cfg = ControllerConfig.from_properties(props)
+    async with NameServer(args.host, port, kv_config_path=args.kv_config) as ns:
+        addr = f"{args.host}:{ns.port}"
+        if ctl_cfg is None:
+            log.info("NameServer ready: clients and brokers use %s", addr)
+            _ready(args.ready_file, namesrv=addr)
+            await _until_signalled()
+            return 0
+        async with Controller(ctl_cfg, server=ns.server) as ctl:
+            log.info("NameServer ready on %s, with controller %s", addr, ctl.address)
+            _ready(args.ready_file, namesrv=addr, controller=ctl.address)
+            await _until_signalled()
+    return 0
+
+
+async def run_controller(args: argparse.Namespace) -> int:
+    cfg = load_controller_conf(args.config)
+    async with Controller(cfg) as ctl:
+        log.info("controller ready: brokers use controllerAddr=%s", ctl.address)
+        _ready(args.ready_file, controller=ctl.address)
         await _until_signalled()
     return 0
 
@@ -171,7 +209,12 @@ class AcceptErrorReporter:
 
 def main(args: argparse.Namespace) -> int:
     _setup_logging()
-    run = {"namesrv": run_namesrv, "broker": run_broker, "standalone": run_standalone}[args.cmd]
+    run = {
+        "namesrv": run_namesrv,
+        "broker": run_broker,
+        "standalone": run_standalone,
+        "controller": run_controller,
+    }[args.cmd]
 
     async def serve() -> int:
         asyncio.get_running_loop().set_exception_handler(AcceptErrorReporter())

@@ -17,6 +17,8 @@ ALLOWED = {
     "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage"},
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
+    # the controller: remoting, common and pysyncobj; never storage or broker
+    "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.testing": {"pyrmq.common", "pyrmq.namesrv", "pyrmq.broker", "pyrmq.storage"},

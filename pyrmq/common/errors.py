@@ -154,3 +154,81 @@ class SubscriptionGroupNotExistError(BrokerError):
 
 class ConsumerNotOnlineError(BrokerError):
     code = 206
+
+
+# RocketMQ 5 controller mode (ResponseCode 2000-2016).
+class ControllerError(BrokerError):
+    """Base of the controller's answers (codes 2000-2016)."""
+
+
+class ControllerFencedMasterEpochError(ControllerError):
+    code = 2000
+
+
+class ControllerFencedSyncStateSetEpochError(ControllerError):
+    code = 2001
+
+
+class ControllerInvalidMasterError(ControllerError):
+    code = 2002
+
+
+class ControllerInvalidReplicasError(ControllerError):
+    code = 2003
+
+
+class ControllerMasterNotAvailableError(ControllerError):
+    code = 2004
+
+
+class ControllerInvalidRequestError(ControllerError):
+    code = 2005
+
+
+class ControllerBrokerNotAliveError(ControllerError):
+    code = 2006
+
+
+class ControllerNotLeaderError(ControllerError):
+    """Asked a controller that is not the Raft leader; the client looks for
+    the leader and asks again."""
+
+    code = 2007
+    retriable = True
+
+
+class ControllerBrokerMetadataNotExistError(ControllerError):
+    code = 2008
+
+
+class ControllerInvalidCleanBrokerMetadataError(ControllerError):
+    code = 2009
+
+
+class ControllerBrokerNeedToBeRegisteredError(ControllerError):
+    code = 2010
+
+
+class ControllerMasterStillExistError(ControllerError):
+    code = 2011
+
+
+class ControllerElectMasterFailedError(ControllerError):
+    code = 2012
+
+
+class ControllerAlterSyncStateSetFailedError(ControllerError):
+    code = 2013
+
+
+class ControllerBrokerIdInvalidError(ControllerError):
+    code = 2014
+
+
+class ControllerInternalError(ControllerError):
+    code = 2015
+    retriable = True
+
+
+class ControllerBrokerLiveInfoNotExistsError(ControllerError):
+    code = 2016
