@@ -441,6 +441,33 @@ int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data
     return rc;
 }
 
+int rmq_store_truncate(rmq_store_t *s, int64_t offset) {
+    rmq_mfq_t *q = s->cl.mfq;
+    if (offset < rmq_mfq_min_offset(q) || offset > rmq_mfq_max_offset(q)) return RMQ_EBAD_ARG;
+    if (offset == rmq_mfq_max_offset(q)) return RMQ_OK;
+    int rc = rmq_mfq_truncate_dirty(q, offset);
+    if (rc != RMQ_OK) return rc;
+    if (rmq_mfq_flushed_where(q) > offset) rmq_mfq_set_flushed_where(q, offset);
+    rmq_tq_entry_t **snap;
+    int64_t total;
+    if (snapshot_entries(s, &snap, &total) != RMQ_OK) return -ENOMEM;
+    for (int64_t i = 0; i < total && rc == RMQ_OK; i++) {
+        rmq_consume_queue_t *cq = snap[i]->cq;
+        if (!cq) continue;
+        rc = rmq_cq_recover(cq, offset); /* drops the units of records past it */
+        cq->damaged = 0;
+        snap[i]->next_queue_offset = rmq_cq_max_offset(cq);
+    }
+    free(snap);
+    if (__atomic_load_n(&s->dispatched, __ATOMIC_ACQUIRE) > offset)
+        __atomic_store_n(&s->dispatched, offset, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&s->index_build_lock);
+    if (__atomic_load_n(&s->index_dispatched, __ATOMIC_ACQUIRE) > offset)
+        __atomic_store_n(&s->index_dispatched, offset, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->index_build_lock);
+    return rc;
+}
+
 static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
     rmq_tq_entry_t *e = rmq_tq_get(&s->table, topic, tlen, qid, 0);
     return e ? e->cq : NULL;

@@ -118,6 +118,13 @@ int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t
 int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
                              int64_t *accepted, int32_t *rolled);
 
+/* Cut the CommitLog at offset (a record boundary: a slave whose tail its new
+ * master never had): records from there on are gone, with their
+ * ConsumeQueue units; queues' next offsets follow. IndexFile entries of the
+ * removed records stay but lookups verify every hit against the record.
+ * RMQ_EBAD_ARG outside [min, max]. Owner thread, nothing appending. */
+int rmq_store_truncate(rmq_store_t *s, int64_t offset);
+
 /* Build ConsumeQueue/IndexFile entries for records in [dispatched, end of
  * CommitLog). *n gets the number of records dispatched. Owner thread. */
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n);

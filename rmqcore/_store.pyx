@@ -552,6 +552,20 @@ cdef class MessageStoreCore:
             _raise_for(rc, f"replica data at {offset + accepted}")
         return accepted, rolled != 0
 
+    def truncate(self, long long offset) -> None:
+        """Cut the CommitLog at offset, a record boundary (a slave dropping a
+        tail its new master never had), with the ConsumeQueue units of the
+        records removed. Nothing may append meanwhile."""
+        cdef int rc
+        self._check()
+        with nogil:
+            rc = rmq_store_truncate(self._s, offset)
+        if rc == RMQ_EBAD_ARG:
+            raise ValueError(
+                f"cannot truncate the CommitLog at {offset}: it holds "
+                f"[{rmq_mfq_min_offset(self._s.cl.mfq)}, {rmq_mfq_max_offset(self._s.cl.mfq)})")
+        _raise_for(rc, f"truncating the CommitLog at {offset}")
+
     def dispatch(self) -> int:
         """Dispatch records not yet in ConsumeQueues/IndexFiles (after a
         failed dispatch); returns how many were dispatched."""

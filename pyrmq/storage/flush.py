@@ -60,6 +60,10 @@ class GroupCommitService:
     def flushed_offset(self) -> int:
         return self._flushed
 
+    def lower_flushed(self, offset: int) -> None:
+        """The CommitLog was cut at offset: bytes past it are not flushed."""
+        self._flushed = min(self._flushed, offset)
+
     def backlog(self) -> tuple[int, float, float]:
         """How far the disk is behind the puts: (waiters not served yet,
         seconds the oldest has waited, seconds the disk is expected to take

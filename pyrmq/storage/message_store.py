@@ -365,6 +365,15 @@ class MessageStore:
                 self._group_commit.wait_flushed(end).add_done_callback(_flush_logged)
         return int(accepted)
 
+    def truncate(self, offset: int) -> None:
+        """Cut the CommitLog at offset, a record boundary, with the queue
+        units of what follows (a slave dropping a tail its new master never
+        had). Nothing may append meanwhile."""
+        self.core.truncate(offset)
+        if self._group_commit is not None:
+            self._group_commit.lower_flushed(offset)
+        log.warning("CommitLog truncated at %d: what followed is gone", offset)
+
     def _set_disk_full(self, full: bool) -> None:
         self._disk_full = full
 

@@ -65,6 +65,7 @@ cdef extern from "message_store.h" nogil:
                             int64_t batch_len, rmq_append_result_t *r)
     int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
                                  int64_t *accepted, int32_t *rolled)
+    int rmq_store_truncate(rmq_store_t *s, int64_t offset)
     int rmq_store_dispatch(rmq_store_t *s, int64_t *n)
     int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n)
     int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,

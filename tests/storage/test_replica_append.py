@@ -158,3 +158,28 @@ def test_a_master_with_another_segment_size_is_refused(tmp_path):
     assert slave.commit_log_max_offset < SEG
     master.close()
     slave.close()
+
+
+def test_truncate_drops_the_tail_and_its_queue_units(tmp_path):
+    core = rmqcore.MessageStoreCore(str(tmp_path / "s"), **CORE)
+    _fill(core, 200)
+    cut = core.put("T0", 0, b"first of the tail").phys_offset
+    before = {q: core.max_offset_in_queue("T0", q) for q in range(4)}
+    _fill(core, 100, seed=9)
+    assert len(core.commit_log_files()) > 2
+    with pytest.raises(ValueError, match="cannot truncate"):
+        core.truncate(core.commit_log_max_offset + 1)
+    core.truncate(cut)
+    assert core.commit_log_max_offset == cut
+    assert core.max_offset_in_queue("T0", 0) == before[0] - 1
+    for q in (1, 2, 3):
+        assert core.max_offset_in_queue("T0", q) <= before[q]
+    # appends continue with the next queue offset; the store reopens clean
+    r = core.put("T0", 0, b"after the cut")
+    assert r.phys_offset == cut and r.queue_offset == before[0] - 1
+    core.close()
+    core = rmqcore.MessageStoreCore(str(tmp_path / "s"), **CORE)
+    assert core.recovery["bytes_trimmed"] == 0 and core.recovery["damaged_ranges"] == 0
+    got = core.get_message("T0", 0, before[0] - 1, 1, 1 << 20, None)
+    assert core.look_message_by_offset(got.ranges[0][0])["body"] == b"after the cut"
+    core.close()
