@@ -15,7 +15,8 @@ ALLOWED = {
     "pyrmq.storage": {"pyrmq.common"},
     "pyrmq.remoting": {"pyrmq.common"},
     "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
-    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage"},
+    # a broker in controller mode talks to the controllers (their client)
+    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage", "pyrmq.controller"},
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
     # the controller: remoting, common and pysyncobj; never storage or broker
     "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},

@@ -14,6 +14,8 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.ha.client import HAClient
+from pyrmq.broker.ha.epoch import EpochFileCache
+from pyrmq.broker.ha.replicas import ReplicasManager
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.ha.slave_sync import SlaveSynchronize
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
@@ -60,7 +62,12 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
-        self.slave = config.broker_role == "SLAVE"
+        #: controller mode: the controllers choose the role (until they have,
+        #: the broker takes no sends)
+        self.controller_mode = config.enable_controller_mode
+        self.slave = config.broker_role == "SLAVE" or self.controller_mode
+        self.replicas: ReplicasManager | None = None
+        self.epochs: EpochFileCache | None = None
         #: a master's replication service / a slave's replication client and
         #: metadata sync
         self.ha: HAService | None = None
@@ -113,7 +120,9 @@ class Broker:
             self._prepare_commit_log_path()
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
-            if not self.slave:
+            if self.controller_mode:
+                self.epochs = EpochFileCache(self.store_config.store_path_root_dir)
+            elif not self.slave:
                 self.ha = await self._start_ha_service(store)
         except BaseException:
             sock.close()
@@ -146,7 +155,7 @@ class Broker:
             broker_permission=cfg.broker_permission,
             send_queue_capacity=cfg.send_thread_pool_queue_capacity,
             fast_failure=cfg.broker_fast_failure_enable,
-            broker_role=cfg.broker_role,
+            broker_role="SLAVE" if self.slave else cfg.broker_role,
             ha=self.ha,
         )
         self.pull_processor = PullMessageProcessor(
@@ -158,7 +167,7 @@ class Broker:
             short_polling_time_ms=cfg.short_polling_time_mills,
             sendfile_min_bytes=cfg.transfer_by_sendfile_min_bytes,
             broker_permission=cfg.broker_permission,
-            broker_role=cfg.broker_role,
+            broker_role="SLAVE" if self.slave else cfg.broker_role,
             slave_read_enable=cfg.slave_read_enable,
             memory_limit_bytes=_physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
         )
@@ -226,6 +235,7 @@ class Broker:
         )
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
+        server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._role_changed)
         server.add_close_listener(self._channel_closed)
         self.outer = BrokerOuterAPI(
             self.client,
@@ -238,7 +248,9 @@ class Broker:
             topic_wrapper=self.topics.serialize_wrapper,
             on_master=self._master_learned,
         )
-        if self.slave:
+        if self.controller_mode:
+            self.schedule.load_offsets()
+        elif self.slave:
             # delivery of delayed messages is the master's; a slave keeps
             # the offsets only (SlaveSynchronize)
             self.schedule.load_offsets()
@@ -259,7 +271,11 @@ class Broker:
             os.path.abspath(root),
             self.store_config.flush_disk_type.value,
         )
-        if cfg.namesrv_addrs:
+        if self.controller_mode:
+            self.replicas = ReplicasManager(self)
+            self.outer.set_broker_id(-1)  # not registered until the controllers say
+            await self.replicas.start()
+        elif cfg.namesrv_addrs:
             await self.outer.register_all()
         else:
             log.warning("no namesrvAddr configured: clients cannot find this broker by route")
@@ -309,13 +325,93 @@ class Broker:
             await ha.start()
         return ha
 
+    # -- controller mode: role changes ---------------------------------------------------
+
+    async def become_master(self, epoch: int) -> None:
+        """The controllers made this broker master of `epoch`."""
+        store = self.store
+        assert store is not None and self.epochs is not None
+        await self._stop_replication()
+        await self.epochs.append(epoch, store.commit_log_max_offset)
+        if self.ha is None:
+            self.ha = await self._start_ha_service(store)
+        else:
+            await self.ha.close_connections()  # slaves learn the new epoch
+        self.ha.epochs = self.epochs
+        self.outer.set_ha_server_addr(f"{self.ip}:{self.ha.port}")
+        self.slave = False
+        self.send_processor.set_role(self.config.broker_role, self.ha)
+        self.pull_processor.slave = False
+        if not self.schedule.running:
+            await self.schedule.start()
+        self.outer.set_broker_id(0, epoch)
+        if self.config.namesrv_addrs:
+            await self.outer.register_all()
+
+    async def become_slave(self, master_addr: str, epoch: int) -> None:
+        """Another broker is master (master_addr; "" when the group has
+        none): take no sends, replicate from it."""
+        store = self.store
+        assert store is not None and self.replicas is not None
+        self.slave = True
+        self.send_processor.set_role("SLAVE", None)
+        self.pull_processor.slave = True
+        if self.schedule.running:
+            await self.schedule.shutdown()
+        if self.ha is not None:
+            await self.ha.shutdown()
+            self.ha = None
+        await self._stop_replication()
+        self.outer.set_broker_id(self.replicas.broker_id)
+        if self.config.namesrv_addrs:
+            await self.outer.register_all()
+        if master_addr:
+            self.master_addr = master_addr
+            self._start_replication(store)
+            assert self.ha_client is not None
+            self.ha_client.epochs = self.epochs
+            task = asyncio.create_task(
+                self._resolve_master_ha(master_addr), name="pyrmq:ha:resolve-master"
+            )
+            self._tasks.append(task)
+            task.add_done_callback(self._forget_task)
+
+    async def _resolve_master_ha(self, master_addr: str) -> None:
+        """The master's HA port, from its runtime info (bounded retries)."""
+        host = master_addr.rpartition(":")[0]
+        for _ in range(600):
+            if self.ha_client is None or self.master_addr != master_addr:
+                return
+            try:
+                resp = await self.client.invoke(
+                    master_addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 3.0
+                )
+                port = json.loads(resp.body)["table"]["haListenPort"]
+                self.ha_client.set_master_ha_addr(f"{host}:{port}")
+                return
+            except Exception:  # the master is still starting, or gone
+                await asyncio.sleep(1.0)
+
+    async def _stop_replication(self) -> None:
+        if self.ha_client is not None:
+            await self.ha_client.shutdown()
+            self.ha_client = None
+        if self.slave_sync is not None:
+            await self.slave_sync.shutdown()
+            self.slave_sync = None
+
+    def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008, one-way, from a controller)."""
+        if self.replicas is not None:
+            self.replicas.notified()
+
     def _start_replication(self, store: MessageStore) -> None:
         cfg = self.config
         self.ha_client = HAClient(
             store,
             cluster=cfg.broker_cluster_name,
             broker_name=cfg.broker_name,
-            broker_id=cfg.broker_id,
+            broker_id=self.replicas.broker_id if self.replicas is not None else cfg.broker_id,
             master_ha_addr=cfg.ha_master_address,
             heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
             on_appended=self.pull_processor.wake_all,
@@ -326,7 +422,7 @@ class Broker:
         )
         self.ha_client.start()
         self.slave_sync.start()
-        if cfg.namesrv_addrs and not cfg.ha_master_address:
+        if cfg.namesrv_addrs and not cfg.ha_master_address and not self.controller_mode:
             self._tasks.append(
                 asyncio.create_task(self._find_master(), name="pyrmq:broker:find-master")
             )
@@ -343,7 +439,10 @@ class Broker:
                     await self.outer.register_all()
 
     def _master_learned(self, master_addr: str, ha_addr: str) -> None:
-        """The name server's answer to a slave's registration."""
+        """The name server's answer to a slave's registration (not in
+        controller mode: there the controllers name the master)."""
+        if self.controller_mode:
+            return
         self._master_remoting_addr(master_addr)
         if self.ha_client is not None and not self.config.ha_master_address:
             self.ha_client.set_master_ha_addr(ha_addr)
@@ -447,6 +546,7 @@ class Broker:
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
             **(self.ha.status() if self.ha is not None else {}),
+            **(self.replicas.status() if self.replicas is not None else {}),
             **(self.ha_client.status() if self.ha_client is not None else {}),
         }
 
@@ -461,10 +561,9 @@ class Broker:
             return
         if self.config.namesrv_addrs and hasattr(self, "outer"):
             await self.outer.unregister_all()
-        if self.ha_client is not None:
-            await self.ha_client.shutdown()
-        if self.slave_sync is not None:
-            await self.slave_sync.shutdown()
+        if self.replicas is not None:
+            await self.replicas.shutdown()
+        await self._stop_replication()
         if hasattr(self, "pull_processor"):
             self.pull_processor.shutdown()
             self.send_processor.shutdown()

@@ -105,6 +105,21 @@ class BrokerConfig:
     #: % of RAM: pulls of data further behind the CommitLog's end than this
     #: are suggested to go to a slave (with slaveReadEnable)
     access_message_in_memory_max_ratio: int = 40
+    #: RocketMQ 5 controller mode: the controllers elect the group's master
+    #: (brokerRole then only says whether a master waits for a slave:
+    #: SYNC_MASTER; brokerId is assigned by the controllers)
+    enable_controller_mode: bool = False
+    #: ";"-separated controller addresses (their listenPort)
+    controller_addr: str = ""
+    broker_heartbeat_interval: int = 1000
+    controller_heart_beat_timeout_mills: int = 10_000
+    sync_broker_metadata_period: int = 5000
+    check_sync_state_set_period: int = 5000
+    ha_max_time_slave_not_catchup: int = 15_000
+    #: controller mode: a send is answered once every SyncStateSet member
+    #: has it (true) or inSyncReplicas replicas, the master included, do
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
@@ -114,9 +129,16 @@ class BrokerConfig:
             raise ClientError(
                 f"brokerRole={self.broker_role!r}: expected one of {', '.join(BROKER_ROLES)}"
             )
+        if self.enable_controller_mode and not self.controller_addr.strip():
+            raise ClientError("enableControllerMode=true needs controllerAddr=host:port;...")
+        if self.enable_controller_mode and self.broker_role == "SLAVE":
+            raise ClientError(
+                "enableControllerMode=true: the controllers choose the master; set brokerRole "
+                "to SYNC_MASTER or ASYNC_MASTER (whether the master waits for a slave)"
+            )
         if self.broker_role == "SLAVE" and self.broker_id <= 0:
             raise ClientError("brokerRole=SLAVE needs brokerId > 0 (brokerId 0 is the master)")
-        if self.broker_role != "SLAVE" and self.broker_id != 0:
+        if self.broker_role != "SLAVE" and self.broker_id != 0 and not self.enable_controller_mode:
             # RocketMQ's BrokerStartup sets a master's id to 0 whatever is set
             object.__setattr__(self, "broker_id", 0)
         if not -1 <= self.ha_listen_port <= 65535:

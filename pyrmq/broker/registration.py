@@ -46,8 +46,24 @@ class BrokerOuterAPI:
         self.timeout = timeout
         self.registered: dict[str, bool] = {}
 
+    def set_ha_server_addr(self, addr: str) -> None:
+        self._fields["haServerAddr"] = addr
+
+    def set_broker_id(self, broker_id: int, master_epoch: int | None = None) -> None:
+        """Controller mode: register from now on as brokerId (0 as master),
+        with the master epoch that made it so (a name server lets a newer
+        master's registration replace an older one that is still alive)."""
+        self._fields["brokerId"] = str(broker_id)
+        if master_epoch is None:
+            self._fields.pop("masterEpoch", None)
+        else:
+            self._fields["masterEpoch"] = str(master_epoch)
+
     async def register_all(self) -> int:
-        """REGISTER_BROKER to every name server; returns how many accepted."""
+        """REGISTER_BROKER to every name server; returns how many accepted
+        (none while a broker in controller mode has no role yet)."""
+        if self._fields["brokerId"] == "-1":
+            return 0
         body = json.dumps(
             {"topicConfigSerializeWrapper": self._topic_wrapper(), "filterServerList": []},
             separators=(",", ":"),

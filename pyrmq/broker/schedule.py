@@ -60,13 +60,18 @@ class ScheduleMessageService:
         return {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}
 
     async def start(self) -> None:
-        self.load_offsets()
+        if not self.offsets:  # a promoted slave keeps what it synced
+            self.load_offsets()
         self.store.add_arrival_listener(self._arrived)
         for level in range(1, len(self.delays) + 1):
             self._tasks.append(
                 asyncio.create_task(self._level_loop(level), name=f"pyrmq:schedule:level-{level}")
             )
         self._tasks.append(asyncio.create_task(self._persist_loop(), name="pyrmq:schedule:persist"))
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
 
     async def shutdown(self) -> None:
         for t in self._tasks:

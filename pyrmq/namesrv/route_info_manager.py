@@ -54,6 +54,8 @@ class BrokerLiveInfo:
     data_version: dict[str, Any]
     ha_server_addr: str
     channel: Any
+    #: controller mode: the master epoch a master registered with
+    master_epoch: int = -1
 
 
 class BrokerConflictError(ValueError):
@@ -80,12 +82,19 @@ class RouteInfoManager:
         topic_configs: dict[str, dict[str, Any]],
         data_version: dict[str, Any],
         channel: Any,
+        master_epoch: int = -1,
     ) -> dict[str, str]:
         """Upsert a broker and (for a master whose data changed) its topics.
         Returns the response fields (masterAddr/haServerAddr for slaves)."""
         holder = self.broker_addr_table.get(broker_name)
         taken = holder.broker_addrs.get(broker_id) if holder is not None else None
-        if taken is not None and taken != broker_addr and taken in self.broker_live_table:
+        holder_live = self.broker_live_table.get(taken) if taken is not None else None
+        if (
+            taken is not None
+            and taken != broker_addr
+            and holder_live is not None
+            and master_epoch <= holder_live.master_epoch
+        ):
             raise BrokerConflictError(
                 f"{broker_name} brokerId {broker_id} is already registered by {taken}, which is "
                 f"alive: {broker_addr} cannot take it (two brokers of one brokerName need "
@@ -103,8 +112,21 @@ class RouteInfoManager:
         bd.broker_addrs[broker_id] = broker_addr
         prev = self.broker_live_table.get(broker_addr)
         changed = first or prev is None or prev.data_version != data_version
+        if holder_live is not None and taken != broker_addr:
+            # a newer master's registration (controller mode): the deposed
+            # one no longer holds the master's place
+            self.broker_live_table.pop(str(taken), None)
+            log.warning(
+                "%s brokerId %d moves from %s (epoch %d) to %s (epoch %d)",
+                broker_name,
+                broker_id,
+                taken,
+                holder_live.master_epoch,
+                broker_addr,
+                master_epoch,
+            )
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
-            self._clock(), data_version, ha_server_addr, channel
+            self._clock(), data_version, ha_server_addr, channel, master_epoch
         )
         if broker_id == 0 and changed:
             names = set()

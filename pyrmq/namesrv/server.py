@@ -125,6 +125,7 @@ class NameServer:
                 topic_configs,
                 data_version,
                 conn,
+                int(f.get("masterEpoch", "-1") or -1),
             )
         except BrokerConflictError as e:
             log.error("refused registration: %s", e)

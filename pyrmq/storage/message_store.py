@@ -271,7 +271,12 @@ class MessageStore:
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Call listener(topic, queue_id, max_offset) after each dispatched
         put (long polling's NotifyMessageArrivingListener)."""
-        self._listeners.append(listener)
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def put_message_nowait(
         self,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker.ha import protocol
+from pyrmq.broker.ha.epoch import EpochFileCache
 from pyrmq.common.errors import CorruptStoreError, StoreError
 from pyrmq.storage import MessageStore
 
@@ -39,6 +40,7 @@ class HAClient:
         heartbeat_interval: float = 5.0,
         on_appended: Callable[[], None] | None = None,
         on_master: Callable[[str], None] | None = None,
+        epochs: EpochFileCache | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -48,6 +50,9 @@ class HAClient:
         self.heartbeat_interval = heartbeat_interval
         self._on_appended = on_appended
         self._on_master = on_master
+        #: controller mode: the epochs of what this replica holds
+        self.epochs = epochs
+        self.truncations = 0
         #: the master's remoting address, as its handshake told
         self.master_addr = ""
         self.connected = False
@@ -128,6 +133,7 @@ class HAClient:
             "commitLogFileSize": store.config.mapped_file_size_commit_log,
             "maxOffset": store.commit_log_max_offset,
             "empty": not store.core.commit_log_files(),
+            "epochs": [list(e) for e in self.epochs.entries] if self.epochs is not None else [],
         }
 
     async def _session(self, addr: str) -> None:
@@ -145,6 +151,19 @@ class HAClient:
             if self.master_addr and self._on_master is not None:
                 self._on_master(self.master_addr)
             start = int(answer["startOffset"])
+            cut = answer.get("truncateTo")
+            if cut is not None and int(cut) < self.store.commit_log_max_offset:
+                log.warning(
+                    "HA: this replica's CommitLog goes on past where it agrees with master %s "
+                    "(%d): cutting it there, %d bytes the master never had are dropped",
+                    addr,
+                    int(cut),
+                    self.store.commit_log_max_offset - int(cut),
+                )
+                self.store.truncate(int(cut))
+                self.truncations += 1
+            if self.epochs is not None:
+                await self.epochs.replace(answer.get("epochs") or [], start)
             self.connected = True
             log.info(
                 "HA: replicating %s from master %s (%s) at CommitLog offset %d; master at %d",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker.ha import protocol
+from pyrmq.broker.ha.epoch import EpochFileCache, consistent_offset
 from pyrmq.storage import MessageStore
 
 log = logging.getLogger("pyrmq.broker.ha")
@@ -47,6 +48,7 @@ class HAService:
         housekeeping_interval: float = 20.0,
         max_gap_not_in_sync: int = 256 * 1024 * 1024,
         sync_timeout: float = 5.0,
+        epochs: EpochFileCache | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -60,6 +62,12 @@ class HAService:
         self.housekeeping_interval = housekeeping_interval
         self.max_gap_not_in_sync = max_gap_not_in_sync
         self.sync_timeout = sync_timeout
+        #: controller mode: this master's epochs (slaves cut their logs to
+        #: where they agree with it)
+        self.epochs = epochs
+        #: slaves that must hold a message before a SYNC_MASTER answers
+        #: (controller mode sets it from the SyncStateSet; 0: none)
+        self.required_acks = 1
         self._clock = clock
         self.connections: set[HAConnection] = set()
         #: the largest offset any slave acknowledged (push2SlaveMaxOffset)
@@ -81,6 +89,7 @@ class HAService:
         log.info("HAService of %s listening on %s:%d", self.broker_name, self.host, self.port)
 
     async def shutdown(self) -> None:
+        self.store.remove_arrival_listener(self._arrived)
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -146,6 +155,21 @@ class HAService:
 
     # -- status --------------------------------------------------------------------------
 
+    async def close_connections(self) -> None:
+        """Make every slave handshake again (this master's epoch changed)."""
+        for c in list(self.connections):
+            await c.close()
+
+    def in_sync_slaves(self, now: float, max_lag_s: float) -> set[int]:
+        """Broker ids of the slaves that held everything written at most
+        max_lag_s ago (haMaxTimeSlaveNotCatchup): candidates for the
+        SyncStateSet."""
+        return {
+            c.broker_id
+            for c in self.connections
+            if c.streaming and now - c.caught_up_at <= max_lag_s
+        }
+
     def status(self) -> dict[str, Any]:
         top = self.store.commit_log_max_offset
         slaves = [c.status(top) for c in self.connections if c.streaming]
@@ -193,8 +217,27 @@ class HAService:
         at = hello.get("maxOffset")
         if not isinstance(at, int) or at < 0:
             return _refuse(f"slave {peer} sent maxOffset={at!r}")
+        truncate_to = None
         if hello.get("empty"):
             start = lo
+        elif self.epochs is not None:
+            theirs = [(int(e), int(o)) for e, o in hello.get("epochs") or []]
+            point = consistent_offset(theirs, at, self.epochs.entries, hi)
+            if point is None and theirs:
+                return _refuse(
+                    f"slave {peer} shares no master epoch with this master (its epochs "
+                    f"{theirs}, mine {self.epochs.entries}): empty its store to copy from scratch"
+                )
+            if point is None:
+                point = min(at, hi)  # a store from before controller mode
+            if point < at:
+                truncate_to = point
+            start = point
+            if start < lo:
+                return _refuse(
+                    f"slave {peer} agrees with this master only up to {start}, but the "
+                    f"master keeps its CommitLog from {lo}: empty the slave's store"
+                )
         elif at > hi:
             return _refuse(
                 f"slave {peer} holds the CommitLog up to {at} but this master only up to {hi}: "
@@ -218,6 +261,8 @@ class HAService:
             "minOffset": lo,
             "maxOffset": hi,
             "startOffset": start,
+            "truncateTo": truncate_to,
+            "epochs": [list(e) for e in self.epochs.entries] if self.epochs is not None else [],
         }
 
 
@@ -243,6 +288,8 @@ class HAConnection:
         self.ack_offset = -1
         self.next_offset = 0
         self._last_heard = service._clock()
+        #: when this slave last held everything the master had written
+        self.caught_up_at = service._clock()
         self._closed = False
 
     def status(self, top: int) -> dict[str, Any]:
@@ -307,6 +354,8 @@ class HAConnection:
                 )
             self._last_heard = svc._clock()
             self.ack_offset = offset
+            if offset >= svc.store.commit_log_max_offset:
+                self.caught_up_at = self._last_heard
             svc.acknowledged(offset)
 
     async def _transfer(self) -> None:

@@ -132,6 +132,12 @@ class SendMessageProcessor:
         #: oneway sends taken while the disk lagged, their connection held
         self.oneway_holds = 0
 
+    def set_role(self, broker_role: str, ha: HAService | None) -> None:
+        """Controller mode: this broker became master (its HAService says
+        how many slaves a send waits for) or slave."""
+        self._slave = broker_role == "SLAVE"
+        self._ha = ha if not self._slave else None
+
     # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
 
     def process_send(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
@@ -276,7 +282,7 @@ class SendMessageProcessor:
             return answer
         flush = self.store.durable_future(r) if self._sync else None
         replica = None
-        if self._ha is not None:
+        if self._ha is not None and self._ha.required_acks > 0:
             end = r.phys_offset + r.wrote_bytes
             if self._ha.is_slave_ok(end):
                 replica = self._ha.wait_replicated(end)

@@ -1,0 +1,245 @@
+"""Controller mode (RocketMQ 5): three controller processes (pysyncobj Raft)
+and a broker group of two brokers with enableControllerMode=true. The
+master is SIGKILLed under load, again and again: a new master is elected
+from the SyncStateSet, sends succeed again, the old master returns as a
+slave and cuts any tail the new master never had, and in the end every
+acknowledged message is consumed and the replicas' CommitLogs are
+identical up to their common end.
+
+Counts, not timings: the outage of each kill (first failed send to the
+first successful one after it) is measured and printed, never asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pyrmq.common.errors import RMQError
+from pyrmq.common.message import Message
+from pyrmq.common.results import SendStatus
+from pyrmq.producer import Producer
+from pyrmq.remoting import RequestCode
+from pyrmq.testing.cluster import ProcessCluster
+from tests._waiting import wait_until
+from tests.chaos._crash_helpers import Admin
+from tests.controller.conftest import ControllerGroup
+from tests.ha.test_replication import consumer
+
+GROUP = "broker-a"
+NAMES = ("b0", "b1")
+TOPIC = "FailoverT"
+
+
+@pytest.fixture
+def controller_cluster(tmp_path: pathlib.Path) -> Iterator[tuple[ControllerGroup, ProcessCluster]]:
+    ctl_root = tmp_path / "controllers"
+    ctl_root.mkdir()
+    ctl = ControllerGroup(ctl_root, 3)
+    c = ProcessCluster(
+        tmp_path / "cluster",
+        NAMES,
+        broker_conf={
+            "brokerName": GROUP,
+            "enableControllerMode": "true",
+            "brokerRole": "SYNC_MASTER",
+            "allAckInSyncStateSet": "true",
+            "flushDiskType": "SYNC_FLUSH",
+            "brokerHeartbeatInterval": 300,
+            "controllerHeartBeatTimeoutMills": 2000,
+            "syncBrokerMetadataPeriod": 500,
+            "checkSyncStateSetPeriod": 500,
+            "haMaxTimeSlaveNotCatchup": 3000,
+            "haSendHeartbeatInterval": 500,
+        },
+    )
+    try:
+        asyncio.run(ctl.start())
+        c.broker_conf["controllerAddr"] = ctl.controller_addr
+        c.start()
+        yield ctl, c
+    finally:
+        c.shutdown()
+        for p in ctl.procs:
+            p.stop()
+        print(c.log_tails(30))
+
+
+async def roles(admin: Admin, c: ProcessCluster) -> dict[str, dict[str, str]]:
+    out = {}
+    for name in NAMES:
+        if not c.brokers[name].running:
+            continue
+        try:
+            resp = await admin.api.broker_request(
+                c.broker_addr(name), RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2.0
+            )
+        except RMQError:
+            continue
+        out[name] = dict(json.loads(resp.body)["table"])
+    return out
+
+
+async def settled(admin: Admin, c: ProcessCluster) -> str | None:
+    """The master's name once one is master and every running broker is in
+    its SyncStateSet, else None."""
+    info = await roles(admin, c)
+    masters = [n for n, t in info.items() if t.get("controllerRole") == "MASTER"]
+    if len(masters) != 1:
+        return None
+    m = info[masters[0]]
+    ids = {int(t["controllerBrokerId"]) for t in info.values()}
+    in_set = set(json.loads(m["syncStateSet"]))
+    if len(info) == sum(1 for n in NAMES if c.brokers[n].running) and ids <= in_set:
+        return masters[0]
+    return None
+
+
+def commit_log_bytes(root: pathlib.Path) -> tuple[int, int, bytes]:
+    """(first offset, end of the written data, bytes) of a stopped broker's
+    CommitLog (the end: after the last non-zero byte; both replicas are
+    compared up to the shorter one's)."""
+    files = sorted(f for f in (root / "commitlog").iterdir() if f.name.isdigit())
+    data = b"".join(f.read_bytes() for f in files)
+    first = int(files[0].name)
+    return first, first + len(data.rstrip(b"\0")), data
+
+
+def test_controller_failover_under_load_loses_nothing_and_replicas_agree(
+    arun: Any, controller_cluster: tuple[ControllerGroup, ProcessCluster], long_mode: bool
+) -> None:
+    ctl, c = controller_cluster
+    kills = 20 if long_mode else 3
+    arun(_failover_loop(ctl, c, kills), timeout=300 + 60 * kills)
+
+
+async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) -> None:
+    async with Admin(c.namesrv_addr) as admin:
+        master = await _wait_settled(admin, c)
+        await admin.create_topic(c.broker_addr(master), TOPIC, 4)
+        acked: set[str] = set()
+        other: Counter[str] = Counter()
+        failed_at: list[float] = []
+        ok_at: list[float] = []
+        stop = asyncio.Event()
+
+        async def sender(k: int) -> None:
+            async with Producer(
+                f"fo-pg-{k}", c.namesrv_addr, send_msg_timeout=2.0, poll_name_server_interval=0.5
+            ) as p:
+                for i in range(1_000_000):
+                    if stop.is_set():
+                        return
+                    body = f"fo-{k}-{i}"
+                    try:
+                        r = await p.send(Message(TOPIC, body.encode()))
+                    except RMQError:
+                        failed_at.append(time.monotonic())
+                        await asyncio.sleep(0.05)
+                        continue
+                    if r.send_status is SendStatus.SEND_OK:
+                        acked.add(body)
+                        ok_at.append(time.monotonic())
+                    else:
+                        other[r.send_status.name] += 1
+                        failed_at.append(time.monotonic())
+
+        senders = [asyncio.create_task(sender(k)) for k in range(4)]
+        outages: list[float] = []
+        try:
+            for n in range(kills):
+                before = len(acked)
+                await wait_until(
+                    lambda before=before: len(acked) >= before + 100,
+                    "100 more acknowledged sends before the next kill",
+                    progress=lambda: len(acked),
+                )
+                killed_at = time.monotonic()
+                c.kill_broker(master)
+                new = await _wait_new_master(admin, c, master)
+
+                def first_fail(killed_at: float = killed_at) -> float:
+                    return min((t for t in failed_at if t >= killed_at), default=killed_at)
+
+                await wait_until(
+                    lambda: bool(ok_at) and ok_at[-1] > first_fail(),
+                    f"a successful send after the failures of kill {n + 1}",
+                    progress=lambda: (len(failed_at), len(ok_at)),
+                )
+                t_fail = first_fail()
+                outages.append(min(t for t in ok_at if t > t_fail) - t_fail)
+                await c.start_broker_async(master)  # the old master, same store
+                master = await _wait_settled(admin, c)
+                assert master == new, (master, new)
+            stop.set()
+            await asyncio.gather(*senders)
+            received: Counter[str] = Counter()
+            reader = consumer(c, "fo-reader", TOPIC, received)
+            await reader.start()
+            try:
+                await wait_until(
+                    lambda: acked <= set(received),
+                    "a new group receiving every acknowledged message",
+                    progress=lambda: len(received),
+                )
+            finally:
+                await reader.shutdown()
+        finally:
+            stop.set()
+            for t in senders:
+                t.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
+    # the replicas' logs agree up to the shorter one's end
+    for name in NAMES:
+        c.stop_broker(name)
+    (a0, e0, d0), (a1, e1, d1) = (commit_log_bytes(c.store_dir(n)) for n in NAMES)
+    common = min(e0, e1)
+    lo = max(a0, a1)
+    assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
+    print(
+        f"\ncontroller failover: {kills} master kills; acknowledged {len(acked)}, all consumed; "
+        f"other answers {dict(other)}; outage s (first failed to first good send): "
+        f"min {min(outages):.2f} median {statistics.median(outages):.2f} "
+        f"max {max(outages):.2f}; replica logs identical over {common - lo} bytes"
+    )
+
+
+async def _wait_settled(admin: Admin, c: ProcessCluster) -> str:
+    found: list[str] = []
+
+    async def check() -> bool:
+        m = await settled(admin, c)
+        if m:
+            found.append(m)
+        return m is not None
+
+    async def progress() -> Any:
+        info = await roles(admin, c)
+        return tuple(
+            sorted((n, t.get("controllerRole"), t.get("syncStateSet")) for n, t in info.items())
+        )
+
+    await wait_until(check, "one master with every replica in its SyncStateSet", progress=progress)
+    return found[-1]
+
+
+async def _wait_new_master(admin: Admin, c: ProcessCluster, old: str) -> str:
+    found: list[str] = []
+
+    async def check() -> bool:
+        info = await roles(admin, c)
+        for n, t in info.items():
+            if n != old and t.get("controllerRole") == "MASTER":
+                found.append(n)
+                return True
+        return False
+
+    await wait_until(check, f"a master other than {old}", stall_after=30)
+    return found[-1]
