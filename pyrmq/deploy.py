@@ -25,7 +25,7 @@ import string
 import time
 from typing import Any
 
-from pyrmq.testing.cluster import ServerProcess
+from pyrmq.testing.cluster import ServerProcess, free_ports
 
 #: seconds between two looks at the processes while the cluster runs
 WATCH_INTERVAL = 0.5
@@ -55,7 +55,8 @@ def add_arguments(sub: Any) -> None:
         "--controllers",
         type=int,
         default=0,
-        help="controllers for automatic failover (not available yet: 0)",
+        help="name servers with an embedded controller each (3 or 5): automatic failover "
+        "(RocketMQ 5 controller mode); 0: one name server, fixed master/slave roles",
     )
     cl.add_argument("-c", "--config", default=None, help="broker.conf keys added to every broker")
     cl.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
@@ -66,11 +67,8 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--brokers must be within 1..26 (broker-a .. broker-z)")
     if not 1 <= args.replicas <= 9:
         raise ValueError("--replicas must be within 1..9 (one master and up to 8 slaves)")
-    if args.controllers:
-        raise ValueError(
-            "--controllers: automatic failover (controller mode) is not available yet; "
-            "run master/slave groups without it (--controllers 0)"
-        )
+    if args.controllers not in (0, 1, 3, 5):
+        raise ValueError("--controllers must be 0, 1, 3 or 5 (3 survive the loss of one)")
     last = args.base_port + 10 * (args.brokers * args.replicas - 1) + 1
     if args.base_port and not 1 <= args.base_port <= last <= 65535:
         raise ValueError(f"--base-port {args.base_port}: the brokers need ports up to {last}")
@@ -85,6 +83,41 @@ def _extra_conf(path: str | None) -> str:
         return pathlib.Path(path).read_text()
     except OSError as e:
         raise ValueError(f"-c {path}: {e.strerror or e}") from None
+
+
+def _namesrv_confs(args: argparse.Namespace, root: pathlib.Path) -> list[tuple[str, list[str]]]:
+    """(name, `pyrmq namesrv` arguments) of each name server: one, or with
+    --controllers n, n of them each with an embedded controller (a namesrv.conf
+    with enableControllerInNamesrv=true; Raft on the port above its own)."""
+    kv = ["--kv-config"]
+    if not args.controllers:
+        port = str(args.namesrv_port)
+        path = str((root / "namesrv-kv.json").resolve())
+        return [("namesrv", ["namesrv", "--host", args.host, "-p", port, *kv, path])]
+    n = args.controllers
+    if args.namesrv_port:
+        ports = [args.namesrv_port + 10 * i for i in range(n)]
+        raft = [p + 1 for p in ports]
+    else:
+        free = free_ports(2 * n)
+        ports, raft = free[:n], free[n:]
+    peers = ";".join(f"n{i}-{args.host}:{raft[i]}" for i in range(n))
+    out = []
+    for i in range(n):
+        conf = root / f"namesrv-{i}.conf"
+        conf.write_text(
+            f"listenPort={ports[i]}\n"
+            "enableControllerInNamesrv=true\n"
+            "controllerDLegerGroup=pyrmq-controllers\n"
+            f"controllerDLegerPeers={peers}\n"
+            f"controllerDLegerSelfId=n{i}\n"
+            f"controllerStorePath={(root / f'controller-{i}').resolve()}\n"
+        )
+        path = str((root / f"namesrv-{i}-kv.json").resolve())
+        out.append(
+            (f"namesrv-{i}", ["namesrv", "--host", args.host, "-c", str(conf.resolve()), *kv, path])
+        )
+    return out
 
 
 def _broker_conf(
@@ -104,6 +137,15 @@ def _broker_conf(
         "haListenPort": port + 1 if port else 0,
         "storePathRootDir": str((root / f"{group}-{rid}").resolve()),
     }
+    if args.controllers:
+        # the controllers choose the master; every broker starts alike
+        conf.update(
+            brokerId=0,
+            brokerRole=args.role,
+            enableControllerMode="true",
+            controllerAddr=namesrv,
+            allAckInSyncStateSet="true" if args.role == "SYNC_MASTER" else "false",
+        )
     return "".join(f"{k}={v}\n" for k, v in conf.items() if v != "")
 
 
@@ -120,23 +162,18 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    ns = ServerProcess(
-        "namesrv",
-        [
-            "namesrv",
-            "--host",
-            args.host,
-            "-p",
-            str(args.namesrv_port),
-            "--kv-config",
-            str((root / "namesrv-kv.json").resolve()),
-        ],
-        root,
-    )
+    namesrvs = [ServerProcess(name, argv, root) for name, argv in _namesrv_confs(args, root)]
     brokers: list[tuple[str, ServerProcess]] = []
     try:
-        ns.start()
-        namesrv = str(ns.info["namesrv"])
+        for ns in namesrvs:
+            ns.launch()
+        waiting = list(namesrvs)
+        while waiting and not stopping:
+            waiting = [ns for ns in waiting if not ns.poll_ready()]
+            time.sleep(0.05)
+        if stopping:
+            return 130
+        namesrv = ";".join(str(ns.info["namesrv"]) for ns in namesrvs)
         k = 0
         for g in range(args.brokers):
             group = f"broker-{string.ascii_lowercase[g]}"
@@ -168,14 +205,15 @@ def run(args: argparse.Namespace) -> int:
         print("stopping the cluster ...", flush=True)
         for _, p in reversed(brokers):
             p.stop()
-        ns.stop()
+        for ns in namesrvs:
+            ns.stop()
         print("stopped", flush=True)
 
 
 def _print_table(
     namesrv: str, brokers: list[tuple[str, ServerProcess]], root: pathlib.Path
 ) -> None:
-    print(f"name server  {namesrv}   (clients: namesrv_addr={namesrv!r})", flush=True)
+    print(f"name servers {namesrv}   (clients: namesrv_addr={namesrv!r})", flush=True)
     for name, p in brokers:
         print(f"{name:<12} {p.info.get('broker')}   conf {root / (name + '.conf')}", flush=True)
     print(f"logs and stores under {root.resolve()}; Ctrl-C stops everything", flush=True)

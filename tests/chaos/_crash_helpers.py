@@ -31,7 +31,7 @@ class Admin:
 
     def __init__(self, namesrv_addr: str) -> None:
         self.remoting = RemotingClient(name="chaos-admin")
-        self.api = MQClientAPI(self.remoting, [namesrv_addr])
+        self.api = MQClientAPI(self.remoting, namesrv_addr.split(";"))
 
     async def __aenter__(self) -> Admin:
         return self

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pathlib
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from pyrmq.controller import ControllerClient
-from pyrmq.testing.cluster import ServerProcess
+from pyrmq.testing.cluster import ServerProcess, free_ports
 from tests.integration.conftest import arun  # noqa: F401  (the bounded-loop runner)
 
 CLUSTER = "DefaultCluster"
@@ -26,20 +25,6 @@ CLUSTER = "DefaultCluster"
 HEARTBEAT_TIMEOUT_MS = 3000
 #: s between two heartbeats of a fake broker
 HEARTBEAT_EVERY = 0.3
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (all held until all are picked)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class ControllerGroup:

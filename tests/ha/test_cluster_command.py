@@ -14,10 +14,13 @@ import sys
 import time
 from typing import Any
 
+from pyrmq.common.errors import RMQError
 from pyrmq.common.message import Message
 from pyrmq.common.results import SendStatus
 from pyrmq.producer import Producer
+from pyrmq.remoting import RequestCode
 from tests._reading import read_queue
+from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -112,3 +115,81 @@ def test_cluster_mistakes_get_one_error_line(tmp_path: pathlib.Path) -> None:
         assert r.returncode == 1, (extra, r.stdout, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and want in lines[0], lines
+
+
+def test_cluster_with_controllers_fails_over_when_the_master_dies(
+    arun: Any, tmp_path: pathlib.Path
+) -> None:
+    ready = tmp_path / "ready.json"
+    cmd = [sys.executable, "-m", "pyrmq", "cluster", "--brokers", "1", "--replicas", "2"]
+    cmd += ["--controllers", "3", "--dir", str(tmp_path / "c")]
+    cmd += ["--base-port", "0", "--namesrv-port", "0", "--ready-file", str(ready)]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        for _ in range(1200):  # 120 s at most
+            if ready.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert ready.exists(), proc.stdout.read().decode() if proc.stdout else ""
+        info = json.loads(ready.read_text())
+        assert len(info["namesrv"].split(";")) == 3
+
+        async def use() -> None:
+            async with Admin(info["namesrv"]) as admin:
+
+                async def master(replicas: int = 1) -> str | None:
+                    """The master, once its SyncStateSet has `replicas` members."""
+                    for name, addr in info["brokers"].items():
+                        try:
+                            resp = await admin.api.broker_request(
+                                addr, RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2.0
+                            )
+                        except RMQError:
+                            continue
+                        t = json.loads(resp.body)["table"]
+                        in_set = json.loads(t.get("syncStateSet", "[]"))
+                        if t.get("controllerRole") == "MASTER" and len(in_set) >= replicas:
+                            return name
+                    return None
+
+                # only a SyncStateSet member may take over: wait until the
+                # slave is one (checkSyncStateSetPeriod, 5 s by default)
+                await wait_until(
+                    lambda: _is(master(2)), "a master with its slave in sync", stall_after=60
+                )
+                first = await master(2)
+                assert first is not None
+                await admin.create_topic(info["brokers"][first], "FoCmdT", 2)
+                async with Producer("fo-cmd", info["namesrv"], send_msg_timeout=2.0) as p:
+                    assert (await p.send(Message("FoCmdT", b"before"))).send_status is (
+                        SendStatus.SEND_OK
+                    )
+                    pid = json.loads((tmp_path / "c" / f"{first}.ready.json").read_text())["pid"]
+                    os.kill(pid, signal.SIGKILL)
+
+                    async def sent_again() -> bool:
+                        try:
+                            r = await p.send(Message("FoCmdT", b"after"))
+                        except RMQError:
+                            return False
+                        return r.send_status is SendStatus.SEND_OK
+
+                    await wait_until(
+                        sent_again, "a send accepted by the new master", stall_after=60
+                    )
+                assert await master() not in (None, first)
+
+        arun(use(), timeout=180)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+        assert b"stopped" in out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+async def _is(coro: Any) -> bool:
+    return await coro is not None
