@@ -26,9 +26,14 @@ import os
 import socket
 from typing import Any
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
-
 from pyrmq.common.errors import ClientError
+from pyrmq.controller._pysyncobj import (
+    FAIL_REASON,
+    SyncObj,
+    SyncObjConf,
+    SyncObjConsumer,
+    replicated,
+)
 from pyrmq.controller.config import ControllerConfig
 from pyrmq.controller.replicas import Outcome, ReplicasInfo
 
