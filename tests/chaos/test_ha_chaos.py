@@ -294,6 +294,25 @@ def group_consumer(namesrv: str, group: str, counts: Counter[str]) -> PushConsum
     return consumer
 
 
+#: log lines counted in every broker's log (reported, for the evidence)
+LOG_PATTERNS = {
+    "ha_refused": "HA: refused slave",
+    "ha_stream_broken": "HA: replication from",
+    "errors": " ERROR ",
+    "tracebacks": "Traceback (most recent call last)",
+}
+
+
+def log_counts(c: ProcessCluster) -> dict[str, int]:
+    """LOG_PATTERNS counted over the logs of all brokers."""
+    out = dict.fromkeys(LOG_PATTERNS, 0)
+    for proc in c.brokers.values():
+        text = proc.log_path.read_text(errors="replace")
+        for key, pattern in LOG_PATTERNS.items():
+            out[key] += text.count(pattern)
+    return out
+
+
 def duplicates(delivered: Counter[str], stored: Counter[str]) -> int:
     """Deliveries of a body beyond the number of times it is stored."""
     return sum(max(0, n - stored.get(body, 0)) for body, n in delivered.items())
@@ -337,6 +356,7 @@ def test_master_slave_replication_under_random_faults_loses_no_acknowledged_mess
         statuses = await asyncio.to_thread(cluster.shutdown)
         assert all(rc == 0 for rc in statuses.values()), f"exit statuses on SIGTERM: {statuses}"
         compare_stores(cluster)
+        figures["log_lines"] = log_counts(cluster)
 
     async def run_load(
         admin: Admin, cluster: ProcessCluster, proxy: FaultProxy, cpp: CppLoad
