@@ -162,7 +162,10 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    namesrvs = [ServerProcess(name, argv, root) for name, argv in _namesrv_confs(args, root)]
+    namesrvs = [
+        ServerProcess(name, argv, root, die_with_parent=True)
+        for name, argv in _namesrv_confs(args, root)
+    ]
     brokers: list[tuple[str, ServerProcess]] = []
     try:
         for ns in namesrvs:
@@ -181,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
                 name = f"{group}-{rid}"
                 conf = root / f"{name}.conf"
                 conf.write_text(_broker_conf(args, root, group, rid, k, namesrv) + extra)
-                proc = ServerProcess(name, ["broker", "-c", str(conf.resolve())], root)
+                proc = ServerProcess(
+                    name, ["broker", "-c", str(conf.resolve())], root, die_with_parent=True
+                )
                 proc.launch()
                 brokers.append((name, proc))
                 k += 1

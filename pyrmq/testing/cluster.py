@@ -61,14 +61,29 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _term_with_parent() -> None:
+    """In the child before exec: PR_SET_PDEATHSIG(SIGTERM) (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 class ServerProcess:
     """One `python -m pyrmq <args> --ready-file F` process. `exec_prefix`
     is the argv it runs under, e.g. `ip netns exec NS` (it must exec the
     command, keeping the PID). `ready_timeout` bounds each start (a broker
     recovering a large store after a crash may need more than the default)."""
 
-    def __init__(self, name: str, args: list[str], workdir: pathlib.Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], workdir: pathlib.Path, die_with_parent: bool = False
+    ) -> None:
         self.name = name
+        #: Linux: the process gets SIGTERM when the one that started it dies
+        #: (a `pyrmq cluster` killed with SIGKILL leaves nothing running)
+        self.die_with_parent = die_with_parent
         self.args = args
         self.exec_prefix: list[str] = []
         self.ready_timeout = READY_TIMEOUT
@@ -105,6 +120,7 @@ class ServerProcess:
                 cwd=_REPO,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_term_with_parent if self.die_with_parent else None,
             )
         _LIVE.add(self.proc)
         self._deadline = time.monotonic() + self.ready_timeout

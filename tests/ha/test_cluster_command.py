@@ -92,9 +92,7 @@ def test_cluster_runs_master_slave_groups_and_ctrl_c_stops_them(
         assert b"stopped" in out
         assert not [pid for pid in pids if _alive(pid)], "processes left running"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        _end(proc, tmp_path / "c")
 
 
 def test_cluster_mistakes_get_one_error_line(tmp_path: pathlib.Path) -> None:
@@ -186,10 +184,31 @@ def test_cluster_with_controllers_fails_over_when_the_master_dies(
         out, _ = proc.communicate(timeout=90)
         assert b"stopped" in out
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        _end(proc, tmp_path / "c")
 
 
 async def _is(coro: Any) -> bool:
     return await coro is not None
+
+
+def _end(proc: subprocess.Popen[bytes], root: pathlib.Path) -> None:
+    """A test that failed midway: SIGINT the command (it stops its
+    processes), else SIGKILL it and the processes it started, by PID."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    for ready in root.glob("*.ready.json"):
+        try:
+            pid = json.loads(ready.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            continue
+        try:
+            ours = b"pyrmq" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone
+        if ours:
+            os.kill(pid, signal.SIGKILL)
