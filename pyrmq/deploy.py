@@ -29,6 +29,9 @@ from pyrmq.testing.cluster import ServerProcess, free_ports
 
 #: seconds between two looks at the processes while the cluster runs
 WATCH_INTERVAL = 0.5
+#: seconds the command waits for every group to replicate before it says
+#: it is ready
+REPLICATION_WAIT = 120.0
 
 
 def add_arguments(sub: Any) -> None:
@@ -196,6 +199,12 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(0.05)
         if stopping:
             return 130
+        if args.replicas > 1 and not _replicating(args, brokers, lambda: stopping):
+            print(
+                f"warning: replication not complete after {REPLICATION_WAIT:.0f} s "
+                "(see the broker logs); the cluster runs on",
+                flush=True,
+            )
         _print_table(namesrv, brokers, root)
         if args.ready_file:
             _write_ready(args.ready_file, namesrv, brokers)
@@ -213,6 +222,54 @@ def run(args: argparse.Namespace) -> int:
         for ns in namesrvs:
             ns.stop()
         print("stopped", flush=True)
+
+
+def _replicating(
+    args: argparse.Namespace, brokers: list[tuple[str, ServerProcess]], stop: Any
+) -> bool:
+    """Wait until every group replicates (its master has all its slaves
+    connected; with controllers, all of them in its SyncStateSet): before
+    that a SYNC_MASTER answers SLAVE_NOT_AVAILABLE. False after
+    REPLICATION_WAIT s."""
+    import asyncio
+
+    from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode
+
+    async def info(client: RemotingClient, addr: str) -> dict[str, str]:
+        resp = await client.invoke(
+            addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 3.0
+        )
+        return dict(json.loads(resp.body)["table"])
+
+    async def ready(client: RemotingClient) -> bool:
+        tables = [await info(client, str(p.info["broker"])) for _, p in brokers]
+        if args.controllers:
+            masters = [t for t in tables if t.get("controllerRole") == "MASTER"]
+            return len(masters) == args.brokers and all(
+                len(json.loads(t.get("syncStateSet", "[]"))) == args.replicas for t in masters
+            )
+        return all(
+            int(t.get("haConnections", 0)) >= args.replicas - 1
+            for t in tables
+            if t.get("brokerRole") != "SLAVE"
+        )
+
+    async def main() -> bool:
+        client = RemotingClient(name="pyrmq-cluster")
+        try:
+            deadline = time.monotonic() + REPLICATION_WAIT
+            while time.monotonic() < deadline and not stop():
+                try:
+                    if await ready(client):
+                        return True
+                except Exception:  # a broker still starting
+                    pass
+                await asyncio.sleep(0.2)
+            return False
+        finally:
+            await client.shutdown()
+
+    return asyncio.run(main())
 
 
 def _print_table(
