@@ -29,7 +29,7 @@ from pyrmq.producer import Producer
 from pyrmq.remoting import RequestCode
 from pyrmq.testing.cluster import ProcessCluster
 from tests._waiting import wait_until
-from tests.chaos._crash_helpers import Admin
+from tests.chaos._crash_helpers import Admin, CppLoad
 from tests.controller.conftest import ControllerGroup
 from tests.ha.test_replication import consumer
 
@@ -153,6 +153,9 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
 
         senders = [asyncio.create_task(sender(k)) for k in range(4)]
         outages: list[float] = []
+        # the RocketMQ C++ client, unchanged, as a second producer and consumer
+        cpp = CppLoad(c.namesrv_addr, TOPIC, "fo-cpp", "cpp", c.root / "cpp.log")
+        cpp.start()
         try:
             for n in range(kills):
                 before = len(acked)
@@ -180,6 +183,14 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 assert master == new, (master, new)
             stop.set()
             await asyncio.gather(*senders)
+            cpp.stop_sending()
+            cpp_acked = set(cpp.tally.acked)
+            await wait_until(
+                lambda: cpp_acked <= cpp.received(),
+                "the C++ consumer receiving every C++ acknowledged message",
+                progress=lambda: len(cpp.received()),
+            )
+            acked |= cpp_acked
             received: Counter[str] = Counter()
             reader = consumer(c, "fo-reader", TOPIC, received)
             await reader.start()
@@ -196,6 +207,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
             for t in senders:
                 t.cancel()
             await asyncio.gather(*senders, return_exceptions=True)
+            cpp_exit = cpp.close()
     # the replicas' logs agree up to the shorter one's end
     for name in NAMES:
         c.stop_broker(name)
@@ -204,7 +216,9 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
     lo = max(a0, a1)
     assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
     print(
-        f"\ncontroller failover: {kills} master kills; acknowledged {len(acked)}, all consumed; "
+        f"\ncontroller failover: {kills} master kills; acknowledged {len(acked)} "
+        f"({len(cpp_acked)} by the C++ client, whose consumer got all of them; exit "
+        f"{cpp_exit}), all consumed by a new group; "
         f"other answers {dict(other)}; outage s (first failed to first good send): "
         f"min {min(outages):.2f} median {statistics.median(outages):.2f} "
         f"max {max(outages):.2f}; replica logs identical over {common - lo} bytes"
