@@ -310,6 +310,7 @@ class Broker:
                 housekeeping_interval=cfg.ha_housekeeping_interval / 1000,
                 max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
                 sync_timeout=self.store_config.sync_flush_timeout_ms / 1000,
+                on_slave=self._slave_connected,
             )
 
         ha = make(port)
@@ -416,6 +417,7 @@ class Broker:
             heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
             on_appended=self.pull_processor.wake_all,
             on_master=self._master_remoting_addr,
+            broker_addr=self.addr,
         )
         self.slave_sync = SlaveSynchronize(
             self.client, lambda: self.master_addr, self.topics, self.offsets, self.schedule
@@ -452,6 +454,42 @@ class Broker:
             self.master_addr = addr
             if self.slave_sync is not None:
                 self.slave_sync.sync_soon()
+
+    def _slave_connected(self, slave_addr: str) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._merge_slave_offsets(slave_addr), name="pyrmq:ha:slave-offsets"
+        )
+        self._tasks.append(task)
+        task.add_done_callback(self._forget_task)
+
+    async def _merge_slave_offsets(self, slave_addr: str) -> None:
+        """A slave (re)connected: take the consumer offsets it holds beyond
+        this master's, queue by queue. Consumers commit to the slave while
+        the master is away; without this a master back from a crash would
+        hand a restarted consumer its old offsets."""
+        try:
+            resp = await self.client.invoke(
+                slave_addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, {}), 5.0
+            )
+            table = json.loads(resp.body or b"{}").get("offsetTable") or {}
+        except Exception as e:  # the slave is gone again, or not a pyrmq slave
+            log.info("HA: consumer offsets of slave %s not read: %s", slave_addr, e)
+            return
+        taken = 0
+        for key, queues in table.items():
+            topic, sep, group = str(key).partition("@")
+            if not sep:
+                continue
+            for qid, off in queues.items():
+                if int(off) > self.offsets.query_offset(group, topic, int(qid)):
+                    self.offsets.commit_offset(group, topic, int(qid), int(off))
+                    taken += 1
+        if taken:
+            log.info(
+                "HA: took %d consumer offset(s) slave %s got while this master was away",
+                taken,
+                slave_addr,
+            )
 
     async def _persist_offsets(self) -> None:
         await self.offsets.persist()

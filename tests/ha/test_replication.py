@@ -235,3 +235,82 @@ async def _no_slave(tmp_path: pathlib.Path) -> None:
             assert [m.body for m in got] == [b"only on the master"]
     finally:
         c.shutdown()
+
+
+def test_offsets_committed_while_the_master_is_away_survive_its_return(
+    arun: Any, tmp_path: pathlib.Path
+) -> None:
+    c = ha_cluster(tmp_path / "cluster", "ASYNC_MASTER", flush="ASYNC_FLUSH")
+    try:
+        c.start()
+        arun(_offsets_survive(c), timeout=300)
+    finally:
+        c.shutdown()
+        print(c.log_tails(30))
+
+
+async def _offsets_survive(c: ProcessCluster) -> None:
+    topic, group = "HaOffsetsT", "ha-offsets"
+    mqs = [MessageQueue(topic, MASTER, q) for q in range(QUEUES)]
+    async with Admin(c.namesrv_addr) as admin:
+
+        async def committed(addr: str) -> int:
+            total = 0
+            for mq in mqs:
+                try:
+                    off = await admin.api.query_consumer_offset(addr, group, mq)
+                except RMQError:
+                    off = None
+                total += off or 0
+            return total
+
+        await admin.create_topic(c.broker_addr(MASTER), topic, QUEUES)
+        await replicated(admin, c, topic)
+        async with Producer("ha-offsets-pg", c.namesrv_addr) as p:
+            for i in range(200):
+                assert (await p.send(Message(topic, f"old-{i}".encode()))).send_status is (
+                    SendStatus.SEND_OK
+                )
+        top = int((await runtime(admin, c.broker_addr(MASTER)))["commitLogMaxOffset"])
+        await wait_until(
+            lambda: _slave_at(admin, c, top), "the slave holding every message", stall_after=30
+        )
+        c.kill_broker(MASTER)  # its store stays
+        got: Counter[str] = Counter()
+        first = consumer(c, group, topic, got)
+        await first.start()
+        await wait_until(
+            lambda: len(got) >= 200, "200 read from the slave", progress=lambda: len(got)
+        )
+        await first.shutdown()  # commits its offsets, to the slave
+        slave_view = await committed(c.broker_addr(SLAVE))
+        assert slave_view == 200, slave_view
+        await c.start_broker_async(MASTER)
+        await wait_until(
+            lambda: _eq(committed(c.broker_addr(MASTER)), 200),
+            "the returning master taking the offsets its slave got",
+            stall_after=30,
+        )
+        later: Counter[str] = Counter()
+        second = consumer(c, group, topic, later)
+        await second.start()
+        try:
+            async with Producer("ha-offsets-pg2", c.namesrv_addr) as p:
+                for i in range(10):
+                    await p.send(Message(topic, f"new-{i}".encode()))
+            await wait_until(
+                lambda: len(later) >= 10, "the 10 new messages", progress=lambda: len(later)
+            )
+            # a queue is read in offset order: had the group started from old
+            # offsets, the old messages would have come before the new ones
+            assert set(later) == {f"new-{i}" for i in range(10)}, sorted(later)[:5]
+        finally:
+            await second.shutdown()
+
+
+async def _slave_at(admin: Admin, c: ProcessCluster, top: int) -> bool:
+    return int((await runtime(admin, c.broker_addr(SLAVE)))["commitLogMaxOffset"]) >= top
+
+
+async def _eq(value: Any, want: int) -> bool:
+    return await value == want

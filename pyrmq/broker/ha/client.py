@@ -41,6 +41,7 @@ class HAClient:
         on_appended: Callable[[], None] | None = None,
         on_master: Callable[[str], None] | None = None,
         epochs: EpochFileCache | None = None,
+        broker_addr: str = "",
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -53,6 +54,9 @@ class HAClient:
         #: controller mode: the epochs of what this replica holds
         self.epochs = epochs
         self.truncations = 0
+        #: this slave's remoting address (the master reads its consumer
+        #: offsets from there: commits made while the master was away)
+        self.broker_addr = broker_addr
         #: the master's remoting address, as its handshake told
         self.master_addr = ""
         self.connected = False
@@ -130,6 +134,7 @@ class HAClient:
             "clusterName": self.cluster,
             "brokerName": self.broker_name,
             "brokerId": self.broker_id,
+            "brokerAddr": self.broker_addr,
             "commitLogFileSize": store.config.mapped_file_size_commit_log,
             "maxOffset": store.commit_log_max_offset,
             "empty": not store.core.commit_log_files(),

@@ -49,6 +49,7 @@ class HAService:
         max_gap_not_in_sync: int = 256 * 1024 * 1024,
         sync_timeout: float = 5.0,
         epochs: EpochFileCache | None = None,
+        on_slave: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -68,6 +69,8 @@ class HAService:
         #: slaves that must hold a message before a SYNC_MASTER answers
         #: (controller mode sets it from the SyncStateSet; 0: none)
         self.required_acks = 1
+        #: called with a slave's remoting address once it is accepted
+        self._on_slave = on_slave
         self._clock = clock
         self.connections: set[HAConnection] = set()
         #: the largest offset any slave acknowledged (push2SlaveMaxOffset)
@@ -318,6 +321,8 @@ class HAConnection:
         self.broker_id = int(hello.get("brokerId", -1))
         self.next_offset = answer["startOffset"]
         self.streaming = True
+        if svc._on_slave is not None and hello.get("brokerAddr"):
+            svc._on_slave(str(hello["brokerAddr"]))
         log.info(
             "HA: slave %s (brokerId %d) copies the CommitLog from %d (master at %d)",
             self.peer,
