@@ -7,13 +7,13 @@ flush thread with the GIL released; results come back to the event loop."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 from collections.abc import Callable
 
 import rmqcore
 from pyrmq.storage.io_executor import IOExecutor, cancel_and_wait
+from pyrmq.storage.waiters import OffsetWaiters
 
 log = logging.getLogger("pyrmq.storage.flush")
 
@@ -40,14 +40,9 @@ class GroupCommitService:
     ) -> None:
         self._core = core
         self._io = io
-        self._timeout = timeout_s
         self._clock = clock
-        # (offset, deadline, future); offsets ascend because appends do.
-        self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = (
-            collections.deque()
-        )
+        self._waiters = OffsetWaiters(timeout_s, clock)
         self._flushing = False
-        self._sweeper: asyncio.TimerHandle | None = None
         self._flushed = core.flushed_offset
         self.flush_count = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -71,9 +66,8 @@ class GroupCommitService:
         w = self._waiters
         if not w:
             return 0, 0.0, 0.0
-        age = self._clock() - (w[0][1] - self._timeout)
-        ahead = 0.0 if self._rate is None else (w[-1][0] - self._flushed) / self._rate
-        return len(w), age, ahead
+        ahead = 0.0 if self._rate is None else (w.newest_offset() - self._flushed) / self._rate
+        return len(w), w.oldest_age(), ahead
 
     def wait_flushed(self, offset: int) -> asyncio.Future[bool]:
         """A future: True once CommitLog bytes below offset are durable, False
@@ -81,13 +75,11 @@ class GroupCommitService:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
         if offset <= self._flushed:
+            fut: asyncio.Future[bool] = loop.create_future()
             fut.set_result(True)
             return fut
-        self._waiters.append((offset, self._clock() + self._timeout, fut))
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(self._timeout, self._sweep)
+        fut = self._waiters.add(loop, offset)
         if not self._flushing:
             self._start()
         return fut
@@ -105,10 +97,7 @@ class GroupCommitService:
         exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
         if exc is not None:
             log.error("CommitLog flush failed: %s", exc)
-            while self._waiters:
-                w = self._waiters.popleft()[2]
-                if not w.done():
-                    w.set_exception(exc)
+            self._waiters.fail_all(exc)
             return
         began, before = self._flush_began
         took = self._clock() - began
@@ -120,35 +109,16 @@ class GroupCommitService:
             # quick: the disk does at least this much now
             self._rate = max(self._rate, done / max(took, 1e-6))
         self._flushed = max(self._flushed, f.result())
-        while self._waiters and self._waiters[0][0] <= self._flushed:
-            w = self._waiters.popleft()[2]
-            if not w.done():
-                w.set_result(True)
+        self._waiters.reached(self._flushed)
         if self._waiters:
             # Start the next flush after the writers just woken have run and
             # appended again, so that one msync covers all of them.
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._start)
 
-    def _sweep(self) -> None:
-        self._sweeper = None
-        now = self._clock()
-        for _, deadline, w in self._waiters:
-            if deadline > now:
-                break
-            if not w.done():
-                w.set_result(False)
-        while self._waiters and self._waiters[0][2].done():
-            self._waiters.popleft()
-        if self._waiters:
-            delay = max(0.001, self._waiters[0][1] - now)
-            self._sweeper = asyncio.get_running_loop().call_later(delay, self._sweep)
-
     async def drain(self) -> None:
         """Wait until no flush is running (shutdown)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        self._waiters.stop_sweeping()
         for _ in range(10_000):
             if not self._flushing:
                 return

@@ -10,7 +10,6 @@ group commit does."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -21,6 +20,7 @@ from typing import Any
 from pyrmq.broker.ha import protocol
 from pyrmq.broker.ha.epoch import EpochFileCache, consistent_offset
 from pyrmq.storage import MessageStore
+from pyrmq.storage.waiters import OffsetWaiters
 
 log = logging.getLogger("pyrmq.broker.ha")
 
@@ -76,10 +76,7 @@ class HAService:
         #: the largest offset any slave acknowledged (push2SlaveMaxOffset)
         self.slave_ack_offset = 0
         self._server: asyncio.Server | None = None
-        self._waiters: collections.deque[tuple[int, float, asyncio.Future[bool]]] = (
-            collections.deque()
-        )
-        self._sweeper: asyncio.TimerHandle | None = None
+        self._waiters = OffsetWaiters(sync_timeout, clock)
         self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyrmq-ha")
         self.refused = 0
 
@@ -98,13 +95,7 @@ class HAService:
             self._server = None
         for c in list(self.connections):
             await c.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        while self._waiters:
-            fut = self._waiters.popleft()[2]
-            if not fut.done():
-                fut.cancel()
+        self._waiters.cancel_all()
         self._reader.shutdown(wait=False, cancel_futures=True)
 
     # -- new data, acknowledgements --------------------------------------------------
@@ -117,10 +108,7 @@ class HAService:
         if offset <= self.slave_ack_offset:
             return
         self.slave_ack_offset = offset
-        while self._waiters and self._waiters[0][0] <= offset:
-            fut = self._waiters.popleft()[2]
-            if not fut.done():
-                fut.set_result(True)
+        self._waiters.reached(offset)
 
     def is_slave_ok(self, offset: int) -> bool:
         """A slave is connected and near enough to wait for (RocketMQ's
@@ -133,28 +121,11 @@ class HAService:
         """A future: True once a slave holds the CommitLog below offset,
         False when syncFlushTimeout passes first (FLUSH_SLAVE_TIMEOUT)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
         if offset <= self.slave_ack_offset:
+            fut: asyncio.Future[bool] = loop.create_future()
             fut.set_result(True)
             return fut
-        self._waiters.append((offset, self._clock() + self.sync_timeout, fut))
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(self.sync_timeout, self._sweep)
-        return fut
-
-    def _sweep(self) -> None:
-        self._sweeper = None
-        now = self._clock()
-        for _, deadline, fut in self._waiters:
-            if deadline > now:
-                break
-            if not fut.done():
-                fut.set_result(False)
-        while self._waiters and self._waiters[0][2].done():
-            self._waiters.popleft()
-        if self._waiters:
-            delay = max(0.001, self._waiters[0][1] - now)
-            self._sweeper = asyncio.get_running_loop().call_later(delay, self._sweep)
+        return self._waiters.add(loop, offset)
 
     # -- status --------------------------------------------------------------------------
 
