@@ -285,3 +285,65 @@ def test_a_damaged_replication_stream_writes_nothing_damaged(
         text = "\n".join(r.getMessage() for r in caplog.records)
         want = {"body-byte": "record check", "crc": "failed its CRC", "offset": "expected"}
         assert want[damage] in text, text
+
+
+def test_slave_read_enable_sends_slow_consumers_to_the_slave(
+    arun: Any, tmp_path: pathlib.Path
+) -> None:
+    """slaveReadEnable: a pull of data further behind the CommitLog's end
+    than accessMessageInMemoryMaxRatio of RAM is answered with
+    suggestWhichBrokerId=1, and pyrmq's consumer pulls from the slave next
+    (ratio 0 here: any data is "behind"). Without it the master says 0."""
+    from pyrmq.common.message import MessageQueue
+    from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+
+    async def main(read_enable: bool) -> dict[MessageQueue, int]:
+        ns = NameServer("127.0.0.1", 0)
+        await ns.start()
+        addr = f"127.0.0.1:{ns.port}"
+        root = tmp_path / str(read_enable)
+        kw = {"slave_read_enable": read_enable, "access_message_in_memory_max_ratio": 0}
+        master = broker(root / "m", addr, **kw)
+        await master.start()
+        slave = broker(root / "s", addr, broker_role="SLAVE", broker_id=1, **kw)
+        await slave.start()
+        got: list[str] = []
+
+        async def listener(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+            got.extend(m.body.decode() for m in msgs)
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        pc = PushConsumer(
+            "sre", addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        )
+        try:
+            assert master.store is not None and slave.store is not None
+            master.topics.create_in_send("SreT", "TBW102", 1)
+            for i in range(50):
+                master.store.put_message_nowait("SreT", 0, f"m{i}".encode())
+            await wait_until(
+                lambda: (
+                    "SreT" in slave.topics.table
+                    and slave.store.max_offset_in_queue("SreT", 0) == 50
+                ),  # type: ignore[union-attr]
+                "the slave holding the topic and its 50 messages",
+                stall_after=20,
+            )
+            pc.subscribe("SreT")
+            pc.register_message_listener(listener)
+            await pc.start()
+            await wait_until(lambda: len(got) >= 50, "50 consumed", progress=lambda: len(got))
+            return dict(pc.client.pull_from_which_node)
+        finally:
+            await pc.shutdown()
+            await slave.shutdown()
+            await master.shutdown()
+            await ns.shutdown()
+
+    async def both() -> None:
+        with_read = await main(True)
+        assert with_read and set(with_read.values()) == {1}, with_read
+        without = await main(False)
+        assert without and set(without.values()) == {0}, without
+
+    arun(both(), timeout=120)
