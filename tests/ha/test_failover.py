@@ -1,6 +1,7 @@
 """Controller mode (RocketMQ 5): three controller processes (pysyncobj Raft)
 and a broker group of two brokers with enableControllerMode=true. The
-master is SIGKILLed under load, again and again: a new master is elected
+master is SIGKILLed under load, again and again (every second time with one
+of the three controllers, restarted afterwards): a new master is elected
 from the SyncStateSet, sends succeed again, the old master returns as a
 slave and cuts any tail the new master never had, and in the end every
 acknowledged message is consumed and the replicas' CommitLogs are
@@ -154,6 +155,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         senders = [asyncio.create_task(sender(k)) for k in range(4)]
         outages: list[float] = []
         moves = 0  # elections beyond the kills (late heartbeats)
+        controller_kills = 0  # a controller SIGKILLed with every second master
         # the RocketMQ C++ client, unchanged, as a second producer and consumer
         cpp = CppLoad(c.namesrv_addr, TOPIC, "fo-cpp", "cpp", c.root / "cpp.log")
         cpp.start()
@@ -165,6 +167,11 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                     "100 more acknowledged sends before the next kill",
                     progress=lambda: len(acked),
                 )
+                down = None
+                if n % 2 == 1:  # one of the three controllers dies too
+                    down = n % 3
+                    ctl.kill(down)
+                    controller_kills += 1
                 killed_at = time.monotonic()
                 c.kill_broker(master)
                 new = await _wait_new_master(admin, c, master)
@@ -179,6 +186,8 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 )
                 t_fail = first_fail()
                 outages.append(min(t for t in ok_at if t > t_fail) - t_fail)
+                if down is not None:
+                    await ctl.start([down])  # back on its controllerStorePath
                 await c.start_broker_async(master)  # the old master, same store
                 # usually `new`; on a slow machine a late heartbeat may move
                 # the master again, which is the controller doing its job
@@ -219,7 +228,8 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
     lo = max(a0, a1)
     assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
     print(
-        f"\ncontroller failover: {kills} master kills; acknowledged {len(acked)} "
+        f"\ncontroller failover: {kills} master kills ({controller_kills} of them with a "
+        f"controller SIGKILLed too); acknowledged {len(acked)} "
         f"({len(cpp_acked)} by the C++ client, whose consumer got all of them; exit "
         f"{cpp_exit}), all consumed by a new group; "
         f"other answers {dict(other)}; outage s (first failed to first good send): "

@@ -347,3 +347,60 @@ def test_slave_read_enable_sends_slow_consumers_to_the_slave(
         assert without and set(without.values()) == {0}, without
 
     arun(both(), timeout=120)
+
+
+def test_a_sync_master_waits_for_as_many_slaves_as_required(
+    arun: Any, tmp_path: pathlib.Path
+) -> None:
+    """required_acks (controller mode sets it from allAckInSyncStateSet or
+    inSyncReplicas): with 2 required a send is answered once both slaves
+    hold it, and SLAVE_NOT_AVAILABLE when only one is connected."""
+    from pyrmq.common.message import Message
+    from pyrmq.common.results import SendStatus
+    from pyrmq.producer import Producer
+
+    async def main() -> None:
+        ns = NameServer("127.0.0.1", 0)
+        await ns.start()
+        addr = f"127.0.0.1:{ns.port}"
+        master = broker(tmp_path / "m", addr, broker_role="SYNC_MASTER")
+        await master.start()
+        slaves = [
+            broker(tmp_path / f"s{i}", addr, broker_role="SLAVE", broker_id=i) for i in (1, 2)
+        ]
+        for s in slaves:
+            await s.start()
+        assert master.ha is not None and master.store is not None
+        ha = master.ha
+        try:
+            await wait_until(
+                lambda: sum(c.streaming and c.ack_offset >= 0 for c in ha.connections) == 2,
+                "both slaves connected",
+                stall_after=20,
+            )
+            ha.set_required_acks(2)
+            async with Producer("need2", addr) as p:
+                for i in range(20):
+                    r = await p.send(Message("NeedT", f"m{i}".encode()))
+                    assert r.send_status is SendStatus.SEND_OK
+                    top = master.store.commit_log_max_offset
+                    for s in slaves:
+                        assert s.store is not None and s.store.commit_log_max_offset >= top
+                await slaves[1].shutdown()
+                await wait_until(
+                    lambda: sum(c.streaming for c in ha.connections) == 1,
+                    "the master seeing one slave gone",
+                    stall_after=20,
+                )
+                r = await p.send(Message("NeedT", b"one slave"))
+                assert r.send_status is SendStatus.SLAVE_NOT_AVAILABLE
+                ha.set_required_acks(1)
+                r = await p.send(Message("NeedT", b"one is enough"))
+                assert r.send_status is SendStatus.SEND_OK
+        finally:
+            for s in slaves:
+                await s.shutdown()
+            await master.shutdown()
+            await ns.shutdown()
+
+    arun(main(), timeout=120)

@@ -224,7 +224,7 @@ class ReplicasManager:
             return
         cfg = self.broker.config
         need = len(self.sync_state_set) if cfg.all_ack_in_sync_state_set else cfg.in_sync_replicas
-        ha.required_acks = max(0, min(need, len(self.sync_state_set)) - 1)
+        ha.set_required_acks(max(0, min(need, len(self.sync_state_set)) - 1))
 
     # -- roles ------------------------------------------------------------------------
 

@@ -105,23 +105,36 @@ class HAService:
             c.wakeup.set()
 
     def acknowledged(self, offset: int) -> None:
-        if offset <= self.slave_ack_offset:
-            return
-        self.slave_ack_offset = offset
-        self._waiters.reached(offset)
+        """A slave acknowledged offset (its connection's ack_offset is set)."""
+        self.slave_ack_offset = max(self.slave_ack_offset, offset)
+        self._waiters.reached(self.replicated_offset)
+
+    @property
+    def replicated_offset(self) -> int:
+        """What required_acks slaves (at least one) all hold: the
+        required_acks-th largest acknowledged offset; -1 with fewer slaves."""
+        acks = sorted((c.ack_offset for c in self.connections if c.streaming), reverse=True)
+        k = max(1, self.required_acks)
+        return acks[k - 1] if len(acks) >= k else -1
+
+    def set_required_acks(self, n: int) -> None:
+        """How many slaves must hold a message before a SYNC answer (0:
+        none); waiters the new number already satisfies are answered."""
+        self.required_acks = n
+        self._waiters.reached(self.replicated_offset)
 
     def is_slave_ok(self, offset: int) -> bool:
-        """A slave is connected and near enough to wait for (RocketMQ's
-        isSlaveOK: within haMaxGapNotInSync of offset)."""
-        return any(c.streaming for c in self.connections) and (
-            offset - self.slave_ack_offset < self.max_gap_not_in_sync
-        )
+        """Enough slaves are connected and near enough to wait for
+        (RocketMQ's isSlaveOK: within haMaxGapNotInSync of offset)."""
+        held = self.replicated_offset
+        return held >= 0 and offset - held < self.max_gap_not_in_sync
 
     def wait_replicated(self, offset: int) -> asyncio.Future[bool]:
-        """A future: True once a slave holds the CommitLog below offset,
-        False when syncFlushTimeout passes first (FLUSH_SLAVE_TIMEOUT)."""
+        """A future: True once required_acks slaves hold the CommitLog below
+        offset, False when syncFlushTimeout passes first
+        (FLUSH_SLAVE_TIMEOUT)."""
         loop = asyncio.get_running_loop()
-        if offset <= self.slave_ack_offset:
+        if offset <= self.replicated_offset:
             fut: asyncio.Future[bool] = loop.create_future()
             fut.set_result(True)
             return fut
