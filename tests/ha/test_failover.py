@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
+import random
 import statistics
 import time
 from collections import Counter
@@ -121,7 +123,35 @@ def test_controller_failover_under_load_loses_nothing_and_replicas_agree(
     arun(_failover_loop(ctl, c, kills), timeout=300 + 60 * kills)
 
 
+#: what may also happen between two master kills (None: nothing)
+EXTRA_FAULTS = (None, None, "slave", "controller", "namesrv")
+
+
+async def _extra_fault(
+    kind: str, ctl: ControllerGroup, c: ProcessCluster, master: str, rnd: random.Random
+) -> None:
+    """SIGKILL one more process and start it again after a moment."""
+    if kind == "slave":
+        slave = next(n for n in NAMES if n != master)
+        c.kill_broker(slave)
+        await asyncio.sleep(rnd.uniform(0.5, 3.0))
+        await c.start_broker_async(slave)
+    elif kind == "controller":
+        i = rnd.randrange(3)
+        ctl.kill(i)
+        await asyncio.sleep(rnd.uniform(0.5, 3.0))
+        await ctl.start([i])
+    else:
+        c.kill_namesrv()
+        await asyncio.sleep(rnd.uniform(0.5, 3.0))
+        await c.start_namesrv_async()
+
+
 async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) -> None:
+    seed = int(os.environ.get("PYRMQ_CHAOS_SEED") or random.randrange(2**32))
+    print(f"[failover] seed {seed} (PYRMQ_CHAOS_SEED={seed} replays the plan)")
+    rnd = random.Random(seed)
+    faults: Counter[str] = Counter()
     async with Admin(c.namesrv_addr) as admin:
         master = await _wait_settled(admin, c)
         await admin.create_topic(c.broker_addr(master), TOPIC, 4)
@@ -159,14 +189,20 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         # the RocketMQ C++ client, unchanged, as a second producer and consumer
         cpp = CppLoad(c.namesrv_addr, TOPIC, "fo-cpp", "cpp", c.root / "cpp.log")
         cpp.start()
+
+        async def more_acks(n: int, what: str) -> None:
+            before = len(acked)
+            await wait_until(lambda: len(acked) >= before + n, what, progress=lambda: len(acked))
+
         try:
             for n in range(kills):
-                before = len(acked)
-                await wait_until(
-                    lambda before=before: len(acked) >= before + 100,
-                    "100 more acknowledged sends before the next kill",
-                    progress=lambda: len(acked),
-                )
+                await more_acks(100, "100 more acknowledged sends before the next kill")
+                extra = rnd.choice(EXTRA_FAULTS)
+                if extra is not None:
+                    faults[extra] += 1
+                    await _extra_fault(extra, ctl, c, master, rnd)
+                    master = await _wait_settled(admin, c)
+                    await more_acks(50, f"50 acknowledged sends after the {extra} fault")
                 down = None
                 if n % 2 == 1:  # one of the three controllers dies too
                     down = n % 3
@@ -193,6 +229,11 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 # the master again, which is the controller doing its job
                 master = await _wait_settled(admin, c)
                 moves += master != new
+            # two of three controllers down: failover stops, nothing else does
+            ctl.kill(0)
+            ctl.kill(1)
+            await more_acks(200, "200 acknowledged sends with two of three controllers down")
+            await ctl.start([0, 1])
             stop.set()
             await asyncio.gather(*senders)
             cpp.stop_sending()
@@ -228,8 +269,9 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
     lo = max(a0, a1)
     assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
     print(
-        f"\ncontroller failover: {kills} master kills ({controller_kills} of them with a "
-        f"controller SIGKILLed too); acknowledged {len(acked)} "
+        f"\ncontroller failover (seed {seed}): {kills} master kills ({controller_kills} of "
+        f"them with a controller SIGKILLed too), other faults {dict(faults)}, then 2 of 3 "
+        f"controllers down while sending; acknowledged {len(acked)} "
         f"({len(cpp_acked)} by the C++ client, whose consumer got all of them; exit "
         f"{cpp_exit}), all consumed by a new group; "
         f"other answers {dict(other)}; outage s (first failed to first good send): "
