@@ -343,6 +343,11 @@ class Broker:
         self.slave = False
         self.send_processor.set_role(self.config.broker_role, self.ha)
         self.pull_processor.slave = False
+        # consumers read what the SyncStateSet holds, never a tail a
+        # failover could cut
+        ha = self.ha
+        self.pull_processor.confirm_limit = lambda: ha.confirm_offset
+        ha.on_confirm = self.pull_processor.wake_all
         if not self.schedule.running:
             await self.schedule.start()
         self.outer.set_broker_id(0, epoch)
@@ -357,6 +362,7 @@ class Broker:
         self.slave = True
         self.send_processor.set_role("SLAVE", None)
         self.pull_processor.slave = True
+        self.pull_processor.confirm_limit = None
         if self.schedule.running:
             await self.schedule.shutdown()
         if self.ha is not None:

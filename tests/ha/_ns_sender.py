@@ -3,7 +3,8 @@ tests/ha/test_partition.py): `python -m tests.ha._ns_sender NAMESRV TOPIC
 SECONDS`. It sends bodies ns-<n> one at a time for SECONDS and prints one
 line per send, flushed:
 
-    OK <wall time> <body> <broker address>    answered SEND_OK
+    OK <wall time> <body> <offsetMsgId>       answered SEND_OK (the id names
+                                                the broker that stored it)
     NOT <wall time> <body> <status>             answered another status
     ERR <wall time> <body> <error class>        raised
 
@@ -38,7 +39,7 @@ async def main(namesrv: str, topic: str, seconds: float) -> None:
                 await asyncio.sleep(0.05)
                 continue
             if r.send_status is SendStatus.SEND_OK:
-                print(f"OK {time.time():.3f} {body} {r.message_queue.broker_name}", flush=True)
+                print(f"OK {time.time():.3f} {body} {r.offset_msg_id}", flush=True)
             else:
                 print(f"NOT {time.time():.3f} {body} {r.send_status.name}", flush=True)
             await asyncio.sleep(0.01)

@@ -189,6 +189,12 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         # the RocketMQ C++ client, unchanged, as a second producer and consumer
         cpp = CppLoad(c.namesrv_addr, TOPIC, "fo-cpp", "cpp", c.root / "cpp.log")
         cpp.start()
+        # a pyrmq group consuming throughout: a consumer must never skip an
+        # acknowledged message because it read, on the old master, a record
+        # that the failover then cut (RocketMQ 5's confirmOffset)
+        running: Counter[str] = Counter()
+        live = consumer(c, "fo-running", TOPIC, running)
+        await live.start()
 
         async def more_acks(n: int, what: str) -> None:
             before = len(acked)
@@ -244,6 +250,11 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 progress=lambda: len(cpp.received()),
             )
             acked |= cpp_acked
+            await wait_until(
+                lambda: acked <= set(running),
+                "the running pyrmq group receiving every acknowledged message",
+                progress=lambda: len(running),
+            )
             received: Counter[str] = Counter()
             reader = consumer(c, "fo-reader", TOPIC, received)
             await reader.start()
@@ -260,6 +271,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
             for t in senders:
                 t.cancel()
             await asyncio.gather(*senders, return_exceptions=True)
+            await live.shutdown()
             cpp_exit = cpp.close()
     # the replicas' logs agree up to the shorter one's end
     for name in NAMES:

@@ -53,6 +53,11 @@ class ReplicasManager:
         self.master_addr = ""
         self.sync_state_set: frozenset[int] = frozenset()
         self.sync_state_set_epoch = 0
+        #: a SyncStateSet asked for whose answer did not arrive: the
+        #: controllers may have applied it, so until their replica info says
+        #: which set holds, sends wait as for the larger of the two
+        self._asked: frozenset[int] = frozenset()
+        self._altering = False
         self.role_changes = 0
         self._kick = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -193,6 +198,9 @@ class ReplicasManager:
             wanted = frozenset({self.broker_id} | ha.in_sync_slaves(time.monotonic(), max_lag))
             if wanted == self.sync_state_set:
                 continue
+            self._asked = wanted
+            self._set_required_acks()
+            self._altering = True
             try:
                 self.sync_state_set_epoch = await self.client.alter_sync_state_set(
                     cfg.broker_name,
@@ -208,10 +216,13 @@ class ReplicasManager:
                     self.sync_state_set_epoch,
                 )
                 self.sync_state_set = wanted
+                self._asked = frozenset()
                 self._set_required_acks()
             except RMQError as e:
                 log.warning("controller mode: SyncStateSet change refused: %s", e)
                 self._kick.set()
+            finally:
+                self._altering = False
 
     def _set_required_acks(self) -> None:
         """RocketMQ 5's rule: a send waits for every SyncStateSet member
@@ -223,8 +234,9 @@ class ReplicasManager:
         if ha is None:
             return
         cfg = self.broker.config
-        need = len(self.sync_state_set) if cfg.all_ack_in_sync_state_set else cfg.in_sync_replicas
-        ha.set_required_acks(max(0, min(need, len(self.sync_state_set)) - 1))
+        members = self.sync_state_set | self._asked
+        need = len(members) if cfg.all_ack_in_sync_state_set else cfg.in_sync_replicas
+        ha.set_required_acks(max(0, min(need, len(members)) - 1))
 
     # -- roles ------------------------------------------------------------------------
 
@@ -233,6 +245,8 @@ class ReplicasManager:
         if info.master_broker_id == self.broker_id:
             self.sync_state_set = info.sync_state_set
             self.sync_state_set_epoch = info.sync_state_set_epoch
+            if not self._altering:  # the controllers' word settles it
+                self._asked = frozenset()
             if self.role != "MASTER" or info.master_epoch != self.master_epoch:
                 self.master_epoch = info.master_epoch
                 await self.broker.become_master(info.master_epoch)

@@ -71,6 +71,8 @@ class HAService:
         self.required_acks = 1
         #: called with a slave's remoting address once it is accepted
         self._on_slave = on_slave
+        #: called when confirm_offset may have moved (wake held pulls)
+        self.on_confirm: Callable[[], None] | None = None
         self._clock = clock
         self.connections: set[HAConnection] = set()
         #: the largest offset any slave acknowledged (push2SlaveMaxOffset)
@@ -108,6 +110,16 @@ class HAService:
         """A slave acknowledged offset (its connection's ack_offset is set)."""
         self.slave_ack_offset = max(self.slave_ack_offset, offset)
         self._waiters.reached(self.replicated_offset)
+        if self.on_confirm is not None:
+            self.on_confirm()
+
+    @property
+    def confirm_offset(self) -> int:
+        """What the replicas a send waits for all hold (everything when it
+        waits for none): RocketMQ 5's confirmOffset."""
+        if self.required_acks <= 0:
+            return self.store.commit_log_max_offset
+        return max(self.replicated_offset, 0)
 
     @property
     def replicated_offset(self) -> int:
@@ -122,6 +134,8 @@ class HAService:
         none); waiters the new number already satisfies are answered."""
         self.required_acks = n
         self._waiters.reached(self.replicated_offset)
+        if self.on_confirm is not None:
+            self.on_confirm()
 
     def is_slave_ok(self, offset: int) -> bool:
         """Enough slaves are connected and near enough to wait for

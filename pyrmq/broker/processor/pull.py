@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager
@@ -102,6 +103,12 @@ class PullMessageProcessor:
         #: CommitLog's end (accessMessageInMemoryMaxRatio of RAM)
         self.slave_read_enable = slave_read_enable
         self.memory_limit_bytes = memory_limit_bytes
+        #: controller mode, on a master: the CommitLog offset its SyncStateSet
+        #: holds (RocketMQ 5's confirmOffset). Consumers read only below it:
+        #: a record past it may be cut if this master fails over, and a
+        #: consumer that had read it would skip the record that takes its
+        #: queue offset on the new master. None: no limit.
+        self.confirm_limit: Callable[[], int] | None = None
         #: (topic, queue_id) -> held pulls
         self._held: dict[tuple[str, int], list[PullRequest]] = {}
         self._to_wake: set[tuple[str, int]] = set()
@@ -179,7 +186,21 @@ class PullMessageProcessor:
         store = self.store
         r = store.get_message(req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None)
         status = r.status
+        unconfirmed = False
+        if self.confirm_limit is not None and r.ranges:
+            limit = self.confirm_limit()
+            if r.ranges[-1][0] + r.ranges[-1][1] > limit:
+                keep = sum(1 for off, size in r.ranges if off + size <= limit)
+                if keep:  # the same read, stopping before the first unconfirmed record
+                    r = store.get_message(
+                        req.topic, req.queue_id, req.offset, keep, req.codes or None
+                    )
+                else:
+                    unconfirmed = True
         code = _CODE_OF_STATUS.get(status)
+        if unconfirmed:
+            # nothing confirmed yet: as if nothing had arrived (held, or 19)
+            code = ResponseCode.PULL_NOT_FOUND
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if req.offset else ResponseCode.PULL_NOT_FOUND
         if not final and (
@@ -195,7 +216,7 @@ class PullMessageProcessor:
             # offset (RocketMQ's offsetCheckInSlave=false)
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         ext = {
-            "nextBeginOffset": str(r.next_begin_offset),
+            "nextBeginOffset": str(req.offset if unconfirmed else r.next_begin_offset),
             "minOffset": str(r.min_offset),
             "maxOffset": str(r.max_offset),
             "suggestWhichBrokerId": "1" if self._consuming_slowly(r) else "0",
