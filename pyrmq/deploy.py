@@ -17,6 +17,7 @@ take free ports (see the printed table)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import pathlib
@@ -25,6 +26,7 @@ import string
 import time
 from typing import Any
 
+from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from pyrmq.testing.cluster import ServerProcess, free_ports
 
 #: seconds between two looks at the processes while the cluster runs
@@ -231,9 +233,6 @@ def _replicating(
     connected; with controllers, all of them in its SyncStateSet): before
     that a SYNC_MASTER answers SLAVE_NOT_AVAILABLE. False after
     REPLICATION_WAIT s."""
-    import asyncio
-
-    from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode
 
     async def info(client: RemotingClient, addr: str) -> dict[str, str]:
         resp = await client.invoke(

@@ -481,15 +481,7 @@ class Broker:
         except Exception as e:  # the slave is gone again, or not a pyrmq slave
             log.info("HA: consumer offsets of slave %s not read: %s", slave_addr, e)
             return
-        taken = 0
-        for key, queues in table.items():
-            topic, sep, group = str(key).partition("@")
-            if not sep:
-                continue
-            for qid, off in queues.items():
-                if int(off) > self.offsets.query_offset(group, topic, int(qid)):
-                    self.offsets.commit_offset(group, topic, int(qid), int(off))
-                    taken += 1
+        taken = self.offsets.take_larger(table)
         if taken:
             log.info(
                 "HA: took %d consumer offset(s) slave %s got while this master was away",

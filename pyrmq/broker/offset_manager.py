@@ -36,6 +36,22 @@ class ConsumerOffsetManager:
         """The table as consumerOffset.json holds it (GET_ALL_CONSUMER_OFFSET)."""
         return self._snapshot()
 
+    def take_larger(self, offset_table: dict[str, Any]) -> int:
+        """Merge another replica's offsetTable ("topic@group" -> {queue:
+        offset}, as GET_ALL_CONSUMER_OFFSET answers), queue by queue, to the
+        larger offset; how many offsets moved. Commits made on a slave while
+        its master was away must survive either way round."""
+        taken = 0
+        for key, queues in offset_table.items():
+            topic, sep, group = str(key).partition("@")
+            if not sep:
+                continue
+            for qid, off in queues.items():
+                if int(off) > self.query_offset(group, topic, int(qid)):
+                    self.commit_offset(group, topic, int(qid), int(off))
+                    taken += 1
+        return taken
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self.table.setdefault(f"{topic}@{group}", {})
         if queues.get(queue_id) != offset:

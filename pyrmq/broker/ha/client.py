@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +65,6 @@ class HAClient:
         self.frames = 0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._last_report = 0.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pyrmq:ha:client")
@@ -227,4 +225,3 @@ class HAClient:
 
     def _report(self, writer: asyncio.StreamWriter, offset: int) -> None:
         writer.write(protocol.OFFSET.pack(offset))
-        self._last_report = time.monotonic()

@@ -96,14 +96,7 @@ class SlaveSynchronize:
         topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         self.topics.replace_all_from_master(topics)
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        for key, queues in (offsets.get("offsetTable") or {}).items():
-            topic, sep, group = str(key).partition("@")
-            if not sep:
-                continue
-            for qid, off in queues.items():
-                mine = self.offsets.query_offset(group, topic, int(qid))
-                if int(off) > mine:
-                    self.offsets.commit_offset(group, topic, int(qid), int(off))
+        self.offsets.take_larger(offsets.get("offsetTable") or {})
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         self.schedule.replace_offsets(
             {int(k): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
