@@ -115,6 +115,17 @@ def commit_log_bytes(root: pathlib.Path) -> tuple[int, int, bytes]:
     return first, first + len(data.rstrip(b"\0")), data
 
 
+def stop_and_compare_replicas(c: ProcessCluster) -> int:
+    """Stop both brokers; assert their CommitLogs are equal up to the
+    shorter one's end; the bytes compared."""
+    for name in NAMES:
+        c.stop_broker(name)
+    (a0, e0, d0), (a1, e1, d1) = (commit_log_bytes(c.store_dir(n)) for n in NAMES)
+    lo, common = max(a0, a1), min(e0, e1)
+    assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
+    return common - lo
+
+
 def test_controller_failover_under_load_loses_nothing_and_replicas_agree(
     arun: Any, controller_cluster: tuple[ControllerGroup, ProcessCluster], long_mode: bool
 ) -> None:
@@ -153,7 +164,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
     rnd = random.Random(seed)
     faults: Counter[str] = Counter()
     async with Admin(c.namesrv_addr) as admin:
-        master = await _wait_settled(admin, c)
+        master = await wait_settled(admin, c)
         await admin.create_topic(c.broker_addr(master), TOPIC, 4)
         acked: set[str] = set()
         other: Counter[str] = Counter()
@@ -207,7 +218,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 if extra is not None:
                     faults[extra] += 1
                     await _extra_fault(extra, ctl, c, master, rnd)
-                    master = await _wait_settled(admin, c)
+                    master = await wait_settled(admin, c)
                     await more_acks(50, f"50 acknowledged sends after the {extra} fault")
                 down = None
                 if n % 2 == 1:  # one of the three controllers dies too
@@ -233,7 +244,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 await c.start_broker_async(master)  # the old master, same store
                 # usually `new`; on a slow machine a late heartbeat may move
                 # the master again, which is the controller doing its job
-                master = await _wait_settled(admin, c)
+                master = await wait_settled(admin, c)
                 moves += master != new
             # two of three controllers down: failover stops, nothing else does
             ctl.kill(0)
@@ -273,13 +284,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
             await asyncio.gather(*senders, return_exceptions=True)
             await live.shutdown()
             cpp_exit = cpp.close()
-    # the replicas' logs agree up to the shorter one's end
-    for name in NAMES:
-        c.stop_broker(name)
-    (a0, e0, d0), (a1, e1, d1) = (commit_log_bytes(c.store_dir(n)) for n in NAMES)
-    common = min(e0, e1)
-    lo = max(a0, a1)
-    assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
+    compared = stop_and_compare_replicas(c)
     print(
         f"\ncontroller failover (seed {seed}): {kills} master kills ({controller_kills} of "
         f"them with a controller SIGKILLed too), other faults {dict(faults)}, then 2 of 3 "
@@ -289,11 +294,11 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         f"other answers {dict(other)}; outage s (first failed to first good send): "
         f"min {min(outages):.2f} median {statistics.median(outages):.2f} "
         f"max {max(outages):.2f}; extra master moves {moves}; replica logs identical over "
-        f"{common - lo} bytes"
+        f"{compared} bytes"
     )
 
 
-async def _wait_settled(admin: Admin, c: ProcessCluster) -> str:
+async def wait_settled(admin: Admin, c: ProcessCluster) -> str:
     found: list[str] = []
 
     async def check() -> bool:

@@ -36,7 +36,7 @@ from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 from tests.chaos._net_ns import NetNs
 from tests.controller.conftest import ControllerGroup
-from tests.ha.test_failover import GROUP, NAMES, commit_log_bytes, roles, settled
+from tests.ha.test_failover import GROUP, NAMES, roles, stop_and_compare_replicas, wait_settled
 from tests.ha.test_replication import consumer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ async def _partition(
         return out
 
     async with Admin(c.namesrv_addr) as admin:
-        master = await _settled(admin, c)
+        master = await wait_settled(admin, c)
         if master != "b0":  # the partitioned one must be the master
             master = await _make_master(admin, c, ctl_addr, "b0")
         assert master == "b0"
@@ -194,7 +194,7 @@ async def _partition(
             await wait_until(
                 lambda: _slave(admin, c, "b0"), "b0 back as b1's slave", stall_after=60
             )
-            await _settled(admin, c)
+            await wait_settled(admin, c)
         finally:
             stop.set()
             await asyncio.gather(outer, return_exceptions=True)
@@ -218,32 +218,15 @@ async def _partition(
         finally:
             await reader_c.shutdown()
     assert not overlap, f"b0 acknowledged {len(overlap)} sends after b1 acknowledged its first"
-    for name in NAMES:
-        c.stop_broker(name)
-    (a0, e0, d0), (a1, e1, d1) = (commit_log_bytes(c.store_dir(n)) for n in NAMES)
-    lo, common = max(a0, a1), min(e0, e1)
-    assert d0[lo - a0 : common - a0] == d1[lo - a1 : common - a1], "replica logs differ"
+    compared = stop_and_compare_replicas(c)
     print(
         f"\npartitioned master: b0's last SEND_OK {last_b0 - cut_at:+.2f} s from the cut, "
         f"b1 elected {elected_at - cut_at:+.2f} s, b1's first SEND_OK "
         f"{first_b1_ok - cut_at:+.2f} s; b0 acknowledged {len(late)} after the cut, "
         f"{len(overlap)} while b1 was master; inner producer answers {dict(kinds)}; "
-        f"acknowledged {len(acked)}, all consumed; logs identical over {common - lo} bytes; "
+        f"acknowledged {len(acked)}, all consumed; logs identical over {compared} bytes; "
         f"{restarts} restart(s) after a master move before the cut"
     )
-
-
-async def _settled(admin: Admin, c: ProcessCluster) -> str:
-    found: list[str] = []
-
-    async def check() -> bool:
-        m = await settled(admin, c)
-        if m:
-            found.append(m)
-        return m is not None
-
-    await wait_until(check, "one master with both replicas in its SyncStateSet", stall_after=60)
-    return found[-1]
 
 
 async def _make_master(admin: Admin, c: ProcessCluster, ctl_addr: str, name: str) -> str:
@@ -255,7 +238,7 @@ async def _make_master(admin: Admin, c: ProcessCluster, ctl_addr: str, name: str
     await wait_until(
         lambda: _is_master(admin, c, name), f"{name} elected by the admin", stall_after=30
     )
-    return await _settled(admin, c)
+    return await wait_settled(admin, c)
 
 
 async def _is_master(admin: Admin, c: ProcessCluster, name: str) -> bool:
