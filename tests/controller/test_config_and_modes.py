@@ -14,9 +14,9 @@ import pytest
 
 from pyrmq.controller import ControllerClient
 from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from pyrmq.testing.cluster import ServerProcess
+from pyrmq.testing.cluster import ServerProcess, free_ports
 from tests._waiting import wait_until
-from tests.controller.conftest import CLUSTER, free_ports
+from tests.controller.conftest import CLUSTER
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

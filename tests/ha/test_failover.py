@@ -31,9 +31,9 @@ from pyrmq.common.results import SendStatus
 from pyrmq.producer import Producer
 from pyrmq.remoting import RequestCode
 from pyrmq.testing.cluster import ProcessCluster
+from pyrmq.testing.controllers import ControllerGroup
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin, CppLoad
-from tests.controller.conftest import ControllerGroup
 from tests.ha.test_replication import consumer
 
 GROUP = "broker-a"

@@ -32,10 +32,10 @@ from pyrmq.controller.client import ControllerClient
 from pyrmq.producer import Producer
 from pyrmq.storage.message_store import decode_offset_msg_id, encode_host
 from pyrmq.testing.cluster import ProcessCluster
+from pyrmq.testing.controllers import ControllerGroup
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 from tests.chaos._net_ns import NetNs
-from tests.controller.conftest import ControllerGroup
 from tests.ha.test_failover import GROUP, NAMES, roles, stop_and_compare_replicas, wait_settled
 from tests.ha.test_replication import consumer
 
