@@ -36,6 +36,7 @@ from pyrmq.remoting import (
 )
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore, MessageStoreConfig
+from pyrmq.storage.files import stored_topics
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -350,6 +351,10 @@ class Broker:
         ha.on_confirm = self.pull_processor.wake_all
         if not self.schedule.running:
             await self.schedule.start()
+        # topics the old master created too shortly before it died for the
+        # metadata sync to bring them: routed again, with their messages
+        root = self.store_config.store_path_root_dir
+        self.topics.adopt_stored(await asyncio.to_thread(stored_topics, root))
         self.outer.set_broker_id(0, epoch)
         if self.config.namesrv_addrs:
             await self.outer.register_all()
@@ -426,7 +431,7 @@ class Broker:
             broker_addr=self.addr,
         )
         self.slave_sync = SlaveSynchronize(
-            self.client, lambda: self.master_addr, self.topics, self.offsets, self.schedule
+            self.client, lambda: self.master_addr, self.topics, self.offsets, self.schedule, store
         )
         self.ha_client.start()
         self.slave_sync.start()

@@ -180,6 +180,35 @@ class TopicConfigManager:
             self._on_change()
         return True
 
+    def adopt_stored(self, stored: dict[str, int]) -> list[str]:
+        """Give a table entry (that many read and write queues, read-write)
+        to every topic the store holds messages of but the table lacks; the
+        names adopted. A slave that becomes master (controller mode) needs
+        it for a topic its old master created and sent to less than a
+        metadata sync before it died: the messages were replicated, the
+        topic table not yet, and without an entry the name servers would
+        route the topic nowhere."""
+        adopted = []
+        for topic, n in sorted(stored.items()):
+            if topic in self.table:
+                continue
+            try:
+                check_topic_name(topic)
+                self._check_queues(n, n)
+            except MessageIllegalError as e:
+                log.warning("stored topic %s not adopted: %s", topic, e)
+                continue
+            self.table[topic] = TopicConfig(topic, n, n, PERM_READ | PERM_WRITE)
+            adopted.append(topic)
+        if adopted:
+            log.warning(
+                "topics with stored messages but no entry in the topic table (their master "
+                "died before the slave synced it) adopted with their stored queues: %s",
+                ", ".join(f"{t} ({stored[t]})" for t in adopted),
+            )
+            self._changed()
+        return adopted
+
     def serialize_wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper (REGISTER_BROKER, GET_ALL_TOPIC_CONFIG)."""
         return self._snapshot()

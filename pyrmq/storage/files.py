@@ -152,6 +152,20 @@ def queue_ids(root: str, topic: str) -> list[int]:
     return sorted(int(q) for q in os.listdir(tdir) if q.isdigit())
 
 
+def stored_topics(root: str) -> dict[str, int]:
+    """topic -> its highest queue id + 1, for every topic with ConsumeQueue
+    files under root (a queue gets files with its first message)."""
+    cq_root = os.path.join(root, "consumequeue")
+    if not os.path.isdir(cq_root):
+        return {}
+    out = {}
+    for topic in os.listdir(cq_root):
+        ids = queue_ids(root, topic)
+        if ids:
+            out[topic] = ids[-1] + 1
+    return out
+
+
 def read_queue(
     root: str, topic: str, queue_id: int, offset: int = 0, count: int = 20
 ) -> Iterator[dict[str, Any]]:

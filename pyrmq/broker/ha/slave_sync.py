@@ -3,6 +3,11 @@ every 10 s; pyrmq every SYNC_INTERVAL and at once when replication
 connects): the topic table (GET_ALL_TOPIC_CONFIG), consumer offsets
 (GET_ALL_CONSUMER_OFFSET) and delay offsets (GET_ALL_DELAY_OFFSET).
 
+A topic the master deleted loses its ConsumeQueues on the slave too, as
+the master's did: a slave that later becomes master adopts every topic it
+holds messages of (TopicConfigManager.adopt_stored), which must not bring
+a deleted topic back.
+
 Consumer offsets merge, queue by queue, to the larger of the master's and
 the slave's: consumers commit to the slave while the master is away, and
 those commits must survive the master's return (the master learns them
@@ -22,6 +27,7 @@ from pyrmq.broker.schedule import ScheduleMessageService
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import RMQError
 from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from pyrmq.storage import MessageStore
 
 log = logging.getLogger("pyrmq.broker.ha")
 
@@ -37,10 +43,12 @@ class SlaveSynchronize:
         topics: TopicConfigManager,
         offsets: ConsumerOffsetManager,
         schedule: ScheduleMessageService,
+        store: MessageStore,
         *,
         timeout: float = 5.0,
     ) -> None:
         self.client = client
+        self.store = store
         self._master_addr = master_addr
         self.topics = topics
         self.offsets = offsets
@@ -94,7 +102,11 @@ class SlaveSynchronize:
 
     async def sync_all(self, addr: str) -> None:
         topics = await self._get(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-        self.topics.replace_all_from_master(topics)
+        before = set(self.topics.table)
+        if self.topics.replace_all_from_master(topics):
+            for gone in sorted(before - set(self.topics.table)):
+                if self.store.delete_topic(gone):
+                    log.info("HA: topic %s deleted on the master: its ConsumeQueues too", gone)
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         self.offsets.take_larger(offsets.get("offsetTable") or {})
         delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
