@@ -7,23 +7,23 @@ slave and cuts any tail the new master never had, and in the end every
 acknowledged message is consumed and the replicas' CommitLogs are
 identical up to their common end.
 
+tests/ha/test_mixed_faults.py runs the same loop with b0 in its own network
+namespace, adding partitions (b0 cut off from everything, as master or as
+slave) to the faults between kills.
+
 Counts, not timings: the outage of each kill (first failed send to the
 first successful one after it) is measured and printed, never asserted."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import pathlib
 import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from pyrmq.common.errors import RMQError
 from pyrmq.common.message import Message
@@ -32,77 +32,24 @@ from pyrmq.producer import Producer
 from pyrmq.remoting import RequestCode
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
+from pyrmq.testing.ha import replica_tables, settled_master
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin, CppLoad
+from tests.chaos._net_ns import NetNs
+from tests.ha.conftest import NAMES
 from tests.ha.test_replication import consumer
 
-GROUP = "broker-a"
-NAMES = ("b0", "b1")
 TOPIC = "FailoverT"
 
 
-@pytest.fixture
-def controller_cluster(tmp_path: pathlib.Path) -> Iterator[tuple[ControllerGroup, ProcessCluster]]:
-    ctl_root = tmp_path / "controllers"
-    ctl_root.mkdir()
-    ctl = ControllerGroup(ctl_root, 3)
-    c = ProcessCluster(
-        tmp_path / "cluster",
-        NAMES,
-        broker_conf={
-            "brokerName": GROUP,
-            "enableControllerMode": "true",
-            "brokerRole": "SYNC_MASTER",
-            "allAckInSyncStateSet": "true",
-            "flushDiskType": "SYNC_FLUSH",
-            "brokerHeartbeatInterval": 300,
-            "controllerHeartBeatTimeoutMills": 2000,
-            "syncBrokerMetadataPeriod": 500,
-            "checkSyncStateSetPeriod": 500,
-            "haMaxTimeSlaveNotCatchup": 3000,
-            "haSendHeartbeatInterval": 500,
-        },
-    )
-    try:
-        asyncio.run(ctl.start())
-        c.broker_conf["controllerAddr"] = ctl.controller_addr
-        c.start()
-        yield ctl, c
-    finally:
-        c.shutdown()
-        for p in ctl.procs:
-            p.stop()
-        print(c.log_tails(30))
-
-
 async def roles(admin: Admin, c: ProcessCluster) -> dict[str, dict[str, str]]:
-    out = {}
-    for name in NAMES:
-        if not c.brokers[name].running:
-            continue
-        try:
-            resp = await admin.api.broker_request(
-                c.broker_addr(name), RequestCode.GET_BROKER_RUNTIME_INFO, timeout=2.0
-            )
-        except RMQError:
-            continue
-        out[name] = dict(json.loads(resp.body)["table"])
-    return out
+    return await replica_tables(admin.api, c, NAMES)
 
 
 async def settled(admin: Admin, c: ProcessCluster) -> str | None:
     """The master's name once one is master and every running broker is in
     its SyncStateSet, else None."""
-    info = await roles(admin, c)
-    masters = [n for n, t in info.items() if t.get("controllerRole") == "MASTER"]
-    if len(masters) != 1:
-        return None
-    m = info[masters[0]]
-    ids = {int(t["controllerBrokerId"]) for t in info.values()}
-    in_set = set(json.loads(m["syncStateSet"]))
-    if len(info) == sum(1 for n in NAMES if c.brokers[n].running) and ids <= in_set:
-        return masters[0]
-    return None
+    return settled_master(await roles(admin, c), c, NAMES)
 
 
 def commit_log_bytes(root: pathlib.Path) -> tuple[int, int, bytes]:
@@ -131,17 +78,32 @@ def test_controller_failover_under_load_loses_nothing_and_replicas_agree(
 ) -> None:
     ctl, c = controller_cluster
     kills = 20 if long_mode else 3
-    arun(_failover_loop(ctl, c, kills), timeout=300 + 60 * kills)
+    arun(failover_loop(ctl, c, kills), timeout=300 + 60 * kills)
 
 
 #: what may also happen between two master kills (None: nothing)
 EXTRA_FAULTS = (None, None, "slave", "controller", "namesrv")
+#: the same when b0 runs in a network namespace: partitions too
+EXTRA_FAULTS_NS = (None, "slave", "controller", "namesrv", "partition", "partition")
 
 
 async def _extra_fault(
-    kind: str, ctl: ControllerGroup, c: ProcessCluster, master: str, rnd: random.Random
-) -> None:
-    """SIGKILL one more process and start it again after a moment."""
+    kind: str,
+    ctl: ControllerGroup,
+    c: ProcessCluster,
+    master: str,
+    rnd: random.Random,
+    ns: NetNs | None,
+) -> str:
+    """SIGKILL one more process and start it again after a moment, or cut
+    b0 off for a few seconds (ns); the fault's name for the tally."""
+    if kind == "partition":
+        assert ns is not None
+        ns.partition()  # b0's packets vanish: controllers, name server, slave, clients
+        # long enough, as often as not, for the controllers to give up on b0
+        await asyncio.sleep(rnd.uniform(1.0, 6.0))
+        ns.heal()
+        return f"partition of b0 as {'master' if master == 'b0' else 'slave'}"
     if kind == "slave":
         slave = next(n for n in NAMES if n != master)
         c.kill_broker(slave)
@@ -156,9 +118,12 @@ async def _extra_fault(
         c.kill_namesrv()
         await asyncio.sleep(rnd.uniform(0.5, 3.0))
         await c.start_namesrv_async()
+    return kind
 
 
-async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) -> None:
+async def failover_loop(
+    ctl: ControllerGroup, c: ProcessCluster, kills: int, ns: NetNs | None = None
+) -> None:
     seed = int(os.environ.get("PYRMQ_CHAOS_SEED") or random.randrange(2**32))
     print(f"[failover] seed {seed} (PYRMQ_CHAOS_SEED={seed} replays the plan)")
     rnd = random.Random(seed)
@@ -214,10 +179,9 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         try:
             for n in range(kills):
                 await more_acks(100, "100 more acknowledged sends before the next kill")
-                extra = rnd.choice(EXTRA_FAULTS)
+                extra = rnd.choice(EXTRA_FAULTS if ns is None else EXTRA_FAULTS_NS)
                 if extra is not None:
-                    faults[extra] += 1
-                    await _extra_fault(extra, ctl, c, master, rnd)
+                    faults[await _extra_fault(extra, ctl, c, master, rnd, ns)] += 1
                     master = await wait_settled(admin, c)
                     await more_acks(50, f"50 acknowledged sends after the {extra} fault")
                 down = None
@@ -277,6 +241,7 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
                 )
             finally:
                 await reader.shutdown()
+            stored = await _stored(admin, c, await wait_settled(admin, c))
         finally:
             stop.set()
             for t in senders:
@@ -290,12 +255,26 @@ async def _failover_loop(ctl: ControllerGroup, c: ProcessCluster, kills: int) ->
         f"them with a controller SIGKILLed too), other faults {dict(faults)}, then 2 of 3 "
         f"controllers down while sending; acknowledged {len(acked)} "
         f"({len(cpp_acked)} by the C++ client, whose consumer got all of them; exit "
-        f"{cpp_exit}), all consumed by a new group; "
+        f"{cpp_exit}), {stored} stored, all consumed by a new group ({len(received)} "
+        f"distinct bodies, {sum(received.values()) - len(received)} deliveries beyond a "
+        f"body's first; the running group {sum(running.values()) - len(running)}; the C++ "
+        f"consumer {cpp.tally.duplicates()} redeliveries of a stored record); "
         f"other answers {dict(other)}; outage s (first failed to first good send): "
         f"min {min(outages):.2f} median {statistics.median(outages):.2f} "
         f"max {max(outages):.2f}; extra master moves {moves}; replica logs identical over "
         f"{compared} bytes"
     )
+
+
+async def _stored(admin: Admin, c: ProcessCluster, master: str) -> int:
+    """Messages of TOPIC in the master's queues."""
+    total = 0
+    for q in range(4):
+        resp = await admin.api.broker_request(
+            c.broker_addr(master), RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}
+        )
+        total += int(resp.ext_fields["offset"])
+    return total
 
 
 async def wait_settled(admin: Admin, c: ProcessCluster) -> str:

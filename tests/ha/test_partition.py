@@ -32,11 +32,17 @@ from pyrmq.controller.client import ControllerClient
 from pyrmq.producer import Producer
 from pyrmq.storage.message_store import decode_offset_msg_id, encode_host
 from pyrmq.testing.cluster import ProcessCluster
-from pyrmq.testing.controllers import ControllerGroup
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 from tests.chaos._net_ns import NetNs
-from tests.ha.test_failover import GROUP, NAMES, roles, stop_and_compare_replicas, wait_settled
+from tests.ha.conftest import (
+    GROUP,
+    controller_addr,
+    controller_mode_cluster,
+    start_controller_mode,
+    stop_controller_mode,
+)
+from tests.ha.test_failover import roles, stop_and_compare_replicas, wait_settled
 from tests.ha.test_replication import consumer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -51,34 +57,11 @@ def test_a_partitioned_master_acknowledges_nothing_once_cut_off(
     if reason is not None:
         pytest.skip(reason)
     ns = NetNs.create("ha")
-    ctl_root = tmp_path / "controllers"
-    ctl_root.mkdir()
-    ctl = ControllerGroup(ctl_root, 3, extra={"bindAddress": ns.outer_ip})
-    ctl_addr = ";".join(f"{ns.outer_ip}:{p}" for p in ctl.listen_ports)
-    c = ProcessCluster(
-        tmp_path / "cluster",
-        NAMES,
-        namesrv_host=ns.outer_ip,
-        broker_conf={
-            "brokerName": GROUP,
-            "enableControllerMode": "true",
-            "controllerAddr": ctl_addr,
-            "brokerRole": "SYNC_MASTER",
-            "allAckInSyncStateSet": "true",
-            "brokerHeartbeatInterval": 300,
-            "controllerHeartBeatTimeoutMills": 2000,
-            "syncBrokerMetadataPeriod": 500,
-            "checkSyncStateSetPeriod": 500,
-            "haMaxTimeSlaveNotCatchup": 3000,
-            "haSendHeartbeatInterval": 500,
-        },
-        per_broker_conf={"b0": {"listenHost": ns.inner_ip}, "b1": {"listenHost": ns.outer_ip}},
-    )
-    c.brokers["b0"].exec_prefix = ns.argv([])
+    ctl, c = controller_mode_cluster(tmp_path, ns)
+    ctl_addr = controller_addr(ctl, ns)
     inner: subprocess.Popen[bytes] | None = None
     try:
-        asyncio.run(ctl.start())
-        c.start()
+        start_controller_mode(ctl, c, ns)
         inner = subprocess.Popen(
             ns.argv([sys.executable, "-m", "tests.ha._ns_sender", c.namesrv_addr, TOPIC, "120"]),
             cwd=REPO,
@@ -93,11 +76,8 @@ def test_a_partitioned_master_acknowledges_nothing_once_cut_off(
             inner.wait(10)
         with contextlib.suppress(Exception):
             ns.heal()
-        c.shutdown()
-        for p in ctl.procs:
-            p.stop()
+        stop_controller_mode(ctl, c)
         ns.delete()
-        print(c.log_tails(25))
 
 
 async def _partition(

@@ -1,0 +1,51 @@
+"""What a controller-mode broker group looks like from outside, for tests
+and benchmarks: each running broker's role, id and SyncStateSet from its
+GET_BROKER_RUNTIME_INFO table (`controllerRole`, `controllerBrokerId`,
+`syncStateSet`), and whether the group has settled (one master, every
+running replica in its SyncStateSet)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from pyrmq.client.api import MQClientAPI
+from pyrmq.common.errors import RMQError
+from pyrmq.remoting import RequestCode
+from pyrmq.testing.cluster import ProcessCluster
+
+
+async def replica_tables(
+    api: MQClientAPI, cluster: ProcessCluster, names: Iterable[str], timeout: float = 2.0
+) -> dict[str, dict[str, str]]:
+    """name -> runtime table of each running broker that answered."""
+    out = {}
+    for name in names:
+        if not cluster.brokers[name].running:
+            continue
+        try:
+            resp = await api.broker_request(
+                cluster.broker_addr(name), RequestCode.GET_BROKER_RUNTIME_INFO, timeout=timeout
+            )
+        except RMQError:
+            continue
+        out[name] = dict(json.loads(resp.body)["table"])
+    return out
+
+
+def masters(tables: dict[str, dict[str, str]]) -> list[str]:
+    return [n for n, t in tables.items() if t.get("controllerRole") == "MASTER"]
+
+
+def settled_master(
+    tables: dict[str, dict[str, str]], cluster: ProcessCluster, names: Iterable[str]
+) -> str | None:
+    """The master's name once exactly one broker is master and every running
+    broker answered and is in its SyncStateSet, else None."""
+    found = masters(tables)
+    if len(found) != 1:
+        return None
+    in_set = set(json.loads(tables[found[0]]["syncStateSet"]))
+    ids = {int(t["controllerBrokerId"]) for t in tables.values()}
+    running = sum(1 for n in names if cluster.brokers[n].running)
+    return found[0] if len(tables) == running and ids <= in_set else None
