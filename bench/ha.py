@@ -28,7 +28,11 @@ marked, not published. Replication lag is the master's
 p50), and ``catch_up_s``: from the end of the last case (every send answered) to the
 slave holding everything.
 
-    python -m bench.ha --out DIR [--quick]
+Then failover time in controller mode (bench.failover, its docstring says
+how): the outage producers see when the master is SIGKILLed, with RocketMQ
+5's default liveness settings and tighter ones.
+
+    python -m bench.ha --out DIR [--quick] [--no-failover]
 """
 
 from __future__ import annotations
@@ -41,10 +45,10 @@ import pathlib
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from bench import _e2e
+from bench import _e2e, failover
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.message import Message
 from pyrmq.common.results import SendStatus
@@ -86,7 +90,7 @@ class _Admin:
 def _cluster(root: pathlib.Path, setup: str, production: bool = True) -> ProcessCluster:
     role, flush, slave = SETUPS[setup]
     names = ("m", "s") if slave else ("m",)
-    per = {"m": {"brokerName": "broker-ha", "brokerRole": role}}
+    per: dict[str, dict[str, object]] = {"m": {"brokerName": "broker-ha", "brokerRole": role}}
     if slave:
         per["s"] = {"brokerName": "broker-ha", "brokerId": 1, "brokerRole": "SLAVE"}
     sizes = {
@@ -105,7 +109,10 @@ def _cluster(root: pathlib.Path, setup: str, production: bool = True) -> Process
 
 
 async def _concurrent(
-    p: Producer, senders: int, seconds: float, sampler: Callable[[], Awaitable[None]] | None
+    p: Producer,
+    senders: int,
+    seconds: float,
+    sampler: Callable[[], Coroutine[Any, Any, None]] | None,
 ) -> dict[str, Any]:
     body = _e2e.body_of(BODY)
     acked = 0
@@ -228,10 +235,11 @@ def run(
     work_dir: str | os.PathLike[str] | None = None,
     seconds: float | None = None,
     production: bool = True,
+    failover_kills: int | None = None,
 ) -> dict[str, Any]:
-    """Every setup in turn; writes out_dir/ha.json. seconds: per case (10,
-    quick 3); production=False: the test clusters' small files (a smoke
-    test)."""
+    """Every setup in turn, then bench.failover (failover_kills per setting,
+    0: none); writes out_dir/ha.json. seconds: per case (10, quick 3);
+    production=False: the test clusters' small files (a smoke test)."""
     seconds = seconds or (3.0 if quick else 10.0)
     root = pathlib.Path(tempfile.mkdtemp(prefix="pyrmq-bench-ha-", dir=work_dir))
     res: dict[str, Any] = {"seconds_per_case": seconds, "body": BODY, "setups": {}}
@@ -252,6 +260,13 @@ def run(
     sync = res["setups"].get("sync_master", {}).get("rows", {}).get("concurrent32", {})
     if base.get("msgs_per_s") and sync.get("msgs_per_s"):
         res["sync_vs_async_concurrent32"] = round(sync["msgs_per_s"] / base["msgs_per_s"], 3)
+    if failover_kills != 0:
+        res["failover"] = failover.run(
+            out_dir,
+            quick,
+            work_dir=None if work_dir is None else str(work_dir),
+            kills=failover_kills,
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "ha.json").write_text(json.dumps(res, indent=1))
     return res
@@ -290,6 +305,8 @@ def table(res: dict[str, Any]) -> str:
             f"SYNC_MASTER / ASYNC_MASTER with 32 senders: "
             f"{res['sync_vs_async_concurrent32']:.2f} (target >= 0.60)",
         ]
+    if "failover" in res:
+        lines += ["", "Failover (controller mode):", "", failover.table(res["failover"])]
     return "\n".join(lines)
 
 
@@ -297,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", required=True, type=pathlib.Path)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-failover", action="store_true", help="skip the failover measurement")
     args = ap.parse_args(argv)
-    res = run(args.out, args.quick)
+    res = run(args.out, args.quick, failover_kills=0 if args.no_failover else None)
     print(table(res))
     return 0
 

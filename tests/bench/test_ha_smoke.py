@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import pathlib
 
-from bench import ha
+from bench import failover, ha
 
 
 def test_ha_quick(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out"
-    res = ha.run(out, True, work_dir=tmp_path, seconds=0.5, production=False)
+    res = ha.run(out, True, work_dir=tmp_path, seconds=0.5, production=False, failover_kills=0)
     assert json.loads((out / "ha.json").read_text())["setups"].keys() == res["setups"].keys()
     assert list(res["setups"]) == list(ha.SETUPS)
     for name, s in res["setups"].items():
@@ -26,3 +26,18 @@ def test_ha_quick(tmp_path: pathlib.Path) -> None:
     assert res["sync_vs_async_concurrent32"] > 0
     assert "SYNC_MASTER / ASYNC_MASTER" in ha.table(res)
     assert not list(tmp_path.glob("pyrmq-bench-ha-*")), "the stores were not removed"
+
+
+def test_failover_quick(tmp_path: pathlib.Path) -> None:
+    """One kill with the tight settings: the master dies, another is
+    elected, sends succeed again, and the old master rejoins."""
+    out = tmp_path / "out"
+    res = failover.run(out, True, work_dir=str(tmp_path), kills=1, settings=("fast",))
+    s = res["settings"]["fast"]
+    assert "error" not in s, s
+    assert s["kills"] == 1 and s["stored_ok"] and s["stored"] >= s["acked"] > 0, s
+    assert len(s["outages"]) + s["kills_unnoticed"] == 1, s
+    assert s["election_s"] and s["rejoin_s"], s
+    assert json.loads((out / "failover.json").read_text())["settings"].keys() == {"fast"}
+    assert "fast (300 / 2000 / 300)" in failover.table(res)
+    assert not list(tmp_path.glob("pyrmq-bench-failover-*")), "the stores were not removed"
