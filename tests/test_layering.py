@@ -22,7 +22,16 @@ ALLOWED = {
     "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
-    "pyrmq.testing": {"pyrmq.common", "pyrmq.namesrv", "pyrmq.broker", "pyrmq.storage"},
+    # helpers that start servers, and ask them how they are (a broker
+    # group's roles) the way a client would
+    "pyrmq.testing": {
+        "pyrmq.common",
+        "pyrmq.namesrv",
+        "pyrmq.broker",
+        "pyrmq.storage",
+        "pyrmq.remoting",
+        "pyrmq.client",
+    },
     # the benchmark tool is a client program: the client and the admin CLI
     "pyrmq.benchmark": {
         "pyrmq.common",

@@ -14,10 +14,8 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.ha.client import HAClient
-from pyrmq.broker.ha.epoch import EpochFileCache
-from pyrmq.broker.ha.replicas import ReplicasManager
+from pyrmq.broker.ha.roles import BrokerRoles
 from pyrmq.broker.ha.service import HAService
-from pyrmq.broker.ha.slave_sync import SlaveSynchronize
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
@@ -36,7 +34,6 @@ from pyrmq.remoting import (
 )
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore, MessageStoreConfig
-from pyrmq.storage.files import stored_topics
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -63,20 +60,18 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
-        #: controller mode: the controllers choose the role (until they have,
-        #: the broker takes no sends)
-        self.controller_mode = config.enable_controller_mode
-        self.slave = config.broker_role == "SLAVE" or self.controller_mode
-        self.replicas: ReplicasManager | None = None
-        self.epochs: EpochFileCache | None = None
-        #: a master's replication service / a slave's replication client and
-        #: metadata sync
-        self.ha: HAService | None = None
-        self.ha_client: HAClient | None = None
-        self.slave_sync: SlaveSynchronize | None = None
-        #: a slave's master (remoting address), as the name server or the
-        #: replication handshake told
-        self.master_addr = ""
+        #: master or slave, replication, controller mode's role changes
+        self.roles = BrokerRoles(self)
+
+    @property
+    def ha(self) -> HAService | None:
+        """A master's replication service (None on a slave)."""
+        return self.roles.ha
+
+    @property
+    def ha_client(self) -> HAClient | None:
+        """A slave's replication client (None on a master)."""
+        return self.roles.ha_client
 
     @property
     def addr(self) -> str:
@@ -121,10 +116,7 @@ class Broker:
             self._prepare_commit_log_path()
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
-            if self.controller_mode:
-                self.epochs = EpochFileCache(self.store_config.store_path_root_dir)
-            elif not self.slave:
-                self.ha = await self._start_ha_service(store)
+            await self.roles.open(store)
         except BaseException:
             sock.close()
             if self.store is not None:
@@ -156,7 +148,7 @@ class Broker:
             broker_permission=cfg.broker_permission,
             send_queue_capacity=cfg.send_thread_pool_queue_capacity,
             fast_failure=cfg.broker_fast_failure_enable,
-            broker_role="SLAVE" if self.slave else cfg.broker_role,
+            broker_role="SLAVE" if self.roles.slave else cfg.broker_role,
             ha=self.ha,
         )
         self.pull_processor = PullMessageProcessor(
@@ -168,7 +160,7 @@ class Broker:
             short_polling_time_ms=cfg.short_polling_time_mills,
             sendfile_min_bytes=cfg.transfer_by_sendfile_min_bytes,
             broker_permission=cfg.broker_permission,
-            broker_role="SLAVE" if self.slave else cfg.broker_role,
+            broker_role="SLAVE" if self.roles.slave else cfg.broker_role,
             slave_read_enable=cfg.slave_read_enable,
             memory_limit_bytes=_physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
         )
@@ -236,7 +228,7 @@ class Broker:
         )
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
-        server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._role_changed)
+        server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.roles.role_changed)
         server.add_close_listener(self._channel_closed)
         self.outer = BrokerOuterAPI(
             self.client,
@@ -247,15 +239,12 @@ class Broker:
             broker_addr=self.addr,
             ha_server_addr=f"{self.ip}:{self.ha.port if self.ha else self.port + 1}",
             topic_wrapper=self.topics.serialize_wrapper,
-            on_master=self._master_learned,
+            on_master=self.roles.master_learned,
         )
-        if self.controller_mode:
-            self.schedule.load_offsets()
-        elif self.slave:
+        if self.roles.slave:
             # delivery of delayed messages is the master's; a slave keeps
             # the offsets only (SlaveSynchronize)
             self.schedule.load_offsets()
-            self._start_replication(store)
         else:
             await self.schedule.start()
         await server.start(sock=sock)
@@ -272,13 +261,11 @@ class Broker:
             os.path.abspath(root),
             self.store_config.flush_disk_type.value,
         )
-        if self.controller_mode:
-            self.replicas = ReplicasManager(self)
-            self.outer.set_broker_id(-1)  # not registered until the controllers say
-            await self.replicas.start()
-        elif cfg.namesrv_addrs:
+        # controller mode: registered once the controllers gave it a role
+        await self.roles.start(store)
+        if cfg.namesrv_addrs and not self.roles.controller_mode:
             await self.outer.register_all()
-        else:
+        elif not cfg.namesrv_addrs:
             log.warning("no namesrvAddr configured: clients cannot find this broker by route")
         self._tasks += [
             asyncio.create_task(
@@ -294,209 +281,9 @@ class Broker:
             ),
         ]
 
-    async def _start_ha_service(self, store: MessageStore) -> HAService:
-        cfg = self.config
-        port = cfg.ha_port
-
-        def make(p: int) -> HAService:
-            return HAService(
-                store,
-                cluster=cfg.broker_cluster_name,
-                broker_name=cfg.broker_name,
-                broker_addr=self.addr,
-                host=cfg.listen_host,
-                port=p,
-                transfer_batch_size=cfg.ha_transfer_batch_size,
-                heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
-                housekeeping_interval=cfg.ha_housekeeping_interval / 1000,
-                max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
-                sync_timeout=self.store_config.sync_flush_timeout_ms / 1000,
-                on_slave=self._slave_connected,
-            )
-
-        ha = make(port)
-        try:
-            await ha.start()
-        except OSError as e:
-            if cfg.ha_listen_port >= 0:
-                raise ClientError(f"haListenPort {port}: {e.strerror or e}") from None
-            # the default (listenPort + 1) is taken: slaves learn the port
-            # from the name servers, so any free one serves
-            log.warning("HA port %d is in use (%s): listening on a free port", port, e)
-            ha = make(0)
-            await ha.start()
-        return ha
-
-    # -- controller mode: role changes ---------------------------------------------------
-
-    async def become_master(self, epoch: int) -> None:
-        """The controllers made this broker master of `epoch`."""
-        store = self.store
-        assert store is not None and self.epochs is not None
-        await self._stop_replication()
-        await self.epochs.append(epoch, store.commit_log_max_offset)
-        if self.ha is None:
-            self.ha = await self._start_ha_service(store)
-        else:
-            await self.ha.close_connections()  # slaves learn the new epoch
-        self.ha.epochs = self.epochs
-        self.outer.set_ha_server_addr(f"{self.ip}:{self.ha.port}")
-        self.slave = False
-        self.send_processor.set_role(self.config.broker_role, self.ha)
-        self.pull_processor.slave = False
-        # consumers read what the SyncStateSet holds, never a tail a
-        # failover could cut
-        ha = self.ha
-        self.pull_processor.confirm_limit = lambda: ha.confirm_offset
-        ha.on_confirm = self.pull_processor.wake_all
-        if not self.schedule.running:
-            await self.schedule.start()
-        # topics the old master created too shortly before it died for the
-        # metadata sync to bring them: routed again, with their messages
-        root = self.store_config.store_path_root_dir
-        self.topics.adopt_stored(await asyncio.to_thread(stored_topics, root))
-        self.outer.set_broker_id(0, epoch)
-        if self.config.namesrv_addrs:
-            await self.outer.register_all()
-
-    async def become_slave(self, master_addr: str, epoch: int) -> None:
-        """Another broker is master (master_addr; "" when the group has
-        none): take no sends, replicate from it."""
-        store = self.store
-        assert store is not None and self.replicas is not None
-        self.slave = True
-        self.send_processor.set_role("SLAVE", None)
-        self.pull_processor.slave = True
-        self.pull_processor.confirm_limit = None
-        if self.schedule.running:
-            await self.schedule.shutdown()
-        if self.ha is not None:
-            await self.ha.shutdown()
-            self.ha = None
-        await self._stop_replication()
-        self.outer.set_broker_id(self.replicas.broker_id)
-        if self.config.namesrv_addrs:
-            await self.outer.register_all()
-        if master_addr:
-            self.master_addr = master_addr
-            self._start_replication(store)
-            assert self.ha_client is not None
-            self.ha_client.epochs = self.epochs
-            task = asyncio.create_task(
-                self._resolve_master_ha(master_addr), name="pyrmq:ha:resolve-master"
-            )
-            self._tasks.append(task)
-            task.add_done_callback(self._forget_task)
-
-    async def _resolve_master_ha(self, master_addr: str) -> None:
-        """The master's HA port, from its runtime info (bounded retries)."""
-        host = master_addr.rpartition(":")[0]
-        for _ in range(600):
-            if self.ha_client is None or self.master_addr != master_addr:
-                return
-            try:
-                resp = await self.client.invoke(
-                    master_addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 3.0
-                )
-                port = json.loads(resp.body)["table"]["haListenPort"]
-                self.ha_client.set_master_ha_addr(f"{host}:{port}")
-                return
-            except Exception:  # the master is still starting, or gone
-                await asyncio.sleep(1.0)
-
-    async def _stop_replication(self) -> None:
-        if self.ha_client is not None:
-            await self.ha_client.shutdown()
-            self.ha_client = None
-        if self.slave_sync is not None:
-            await self.slave_sync.shutdown()
-            self.slave_sync = None
-
-    def _role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008, one-way, from a controller)."""
-        if self.replicas is not None:
-            self.replicas.notified()
-
-    def _start_replication(self, store: MessageStore) -> None:
-        cfg = self.config
-        self.ha_client = HAClient(
-            store,
-            cluster=cfg.broker_cluster_name,
-            broker_name=cfg.broker_name,
-            broker_id=self.replicas.broker_id if self.replicas is not None else cfg.broker_id,
-            master_ha_addr=cfg.ha_master_address,
-            heartbeat_interval=cfg.ha_send_heartbeat_interval / 1000,
-            on_appended=self.pull_processor.wake_all,
-            on_master=self._master_remoting_addr,
-            broker_addr=self.addr,
-        )
-        self.slave_sync = SlaveSynchronize(
-            self.client, lambda: self.master_addr, self.topics, self.offsets, self.schedule, store
-        )
-        self.ha_client.start()
-        self.slave_sync.start()
-        if cfg.namesrv_addrs and not cfg.ha_master_address and not self.controller_mode:
-            self._tasks.append(
-                asyncio.create_task(self._find_master(), name="pyrmq:broker:find-master")
-            )
-
-    async def _find_master(self) -> None:
-        """While replication is down, ask the name servers for the master
-        every second (a registration's answer names it), not only every
-        registerNameServerPeriod: a slave started before its master, or a
-        master back on another address, is found at once."""
-        while True:
-            await asyncio.sleep(1.0)
-            if self.ha_client is not None and not self.ha_client.connected:
-                with contextlib.suppress(Exception):
-                    await self.outer.register_all()
-
-    def _master_learned(self, master_addr: str, ha_addr: str) -> None:
-        """The name server's answer to a slave's registration (not in
-        controller mode: there the controllers name the master)."""
-        if self.controller_mode:
-            return
-        self._master_remoting_addr(master_addr)
-        if self.ha_client is not None and not self.config.ha_master_address:
-            self.ha_client.set_master_ha_addr(ha_addr)
-
-    def _master_remoting_addr(self, addr: str) -> None:
-        if addr and addr != self.master_addr:
-            self.master_addr = addr
-            if self.slave_sync is not None:
-                self.slave_sync.sync_soon()
-
-    def _slave_connected(self, slave_addr: str) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self._merge_slave_offsets(slave_addr), name="pyrmq:ha:slave-offsets"
-        )
-        self._tasks.append(task)
-        task.add_done_callback(self._forget_task)
-
-    async def _merge_slave_offsets(self, slave_addr: str) -> None:
-        """A slave (re)connected: take the consumer offsets it holds beyond
-        this master's, queue by queue. Consumers commit to the slave while
-        the master is away; without this a master back from a crash would
-        hand a restarted consumer its old offsets."""
-        try:
-            resp = await self.client.invoke(
-                slave_addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, {}), 5.0
-            )
-            table = json.loads(resp.body or b"{}").get("offsetTable") or {}
-        except Exception as e:  # the slave is gone again, or not a pyrmq slave
-            log.info("HA: consumer offsets of slave %s not read: %s", slave_addr, e)
-            return
-        taken = self.offsets.take_larger(table)
-        if taken:
-            log.info(
-                "HA: took %d consumer offset(s) slave %s got while this master was away",
-                taken,
-                slave_addr,
-            )
-
     async def _persist_offsets(self) -> None:
         await self.offsets.persist()
-        if self.slave:
+        if self.roles.slave:
             await self.schedule.persist()
 
     def _all_consumer_offsets(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -586,9 +373,7 @@ class Broker:
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
-            **(self.ha.status() if self.ha is not None else {}),
-            **(self.replicas.status() if self.replicas is not None else {}),
-            **(self.ha_client.status() if self.ha_client is not None else {}),
+            **self.roles.status(),
         }
 
     async def shutdown(self) -> None:
@@ -602,14 +387,11 @@ class Broker:
             return
         if self.config.namesrv_addrs and hasattr(self, "outer"):
             await self.outer.unregister_all()
-        if self.replicas is not None:
-            await self.replicas.shutdown()
-        await self._stop_replication()
+        await self.roles.shutdown()
         if hasattr(self, "pull_processor"):
             self.pull_processor.shutdown()
             self.send_processor.shutdown()
-        if self.ha is not None:
-            await self.ha.shutdown()
+        await self.roles.close_ha_service()
         if self.server is not None:
             await self.server.shutdown()
         if hasattr(self, "schedule"):

@@ -136,7 +136,7 @@ class ReplicasManager:
         cfg = self.broker.config
         store = self.broker.store
         assert store is not None
-        epochs = self.broker.epochs
+        epochs = self.broker.roles.epochs
         await self.client.heartbeat(
             cfg.broker_cluster_name,
             cfg.broker_name,
@@ -192,7 +192,7 @@ class ReplicasManager:
         max_lag = cfg.ha_max_time_slave_not_catchup / 1000
         while True:
             await asyncio.sleep(period)
-            ha = self.broker.ha
+            ha = self.broker.roles.ha
             if self.role != "MASTER" or ha is None:
                 continue
             wanted = frozenset({self.broker_id} | ha.in_sync_slaves(time.monotonic(), max_lag))
@@ -230,7 +230,7 @@ class ReplicasManager:
         included; with the set down to the master alone it waits for none
         (only a SyncStateSet member can be elected, so nothing acknowledged
         is lost)."""
-        ha = self.broker.ha
+        ha = self.broker.roles.ha
         if ha is None:
             return
         cfg = self.broker.config
@@ -249,18 +249,18 @@ class ReplicasManager:
                 self._asked = frozenset()
             if self.role != "MASTER" or info.master_epoch != self.master_epoch:
                 self.master_epoch = info.master_epoch
-                await self.broker.become_master(info.master_epoch)
+                await self.broker.roles.become_master(info.master_epoch)
                 self._changed("MASTER", self.broker.addr)
             self._set_required_acks()
             return
         if info.master_broker_id is None or not info.master_address:
             if self.role == "MASTER":
-                await self.broker.become_slave("", info.master_epoch)
+                await self.broker.roles.become_slave("", info.master_epoch)
                 self._changed("SLAVE", "")
             return
         if self.role != "SLAVE" or info.master_address != self.master_addr:
             self.master_epoch = info.master_epoch
-            await self.broker.become_slave(info.master_address, info.master_epoch)
+            await self.broker.roles.become_slave(info.master_address, info.master_epoch)
             self._changed("SLAVE", info.master_address)
 
     def _changed(self, role: str, master: str) -> None:
