@@ -10,6 +10,7 @@ group commit does."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -28,6 +29,9 @@ log = logging.getLogger("pyrmq.broker.ha")
 #: thread: such data may have left the page cache, and a page fault must not
 #: stall the event loop
 COLD_READ_BYTES = 4 * 1024 * 1024
+#: (master's end, time) marks a connection keeps for its slave's catch-up
+#: time; when more are outstanding the oldest go (the estimate errs late)
+MAX_MARKS = 4096
 
 
 class HAService:
@@ -289,8 +293,12 @@ class HAConnection:
         self.ack_offset = -1
         self.next_offset = 0
         self._last_heard = service._clock()
-        #: when this slave last held everything the master had written
+        #: when this slave last held everything the master had written: the
+        #: time of the newest mark (the master's end, when) its ack passed
+        #: (RocketMQ 5's lastCaughtUpTime). Under steady load a slave never
+        #: holds the master's current end, only what it was a moment ago.
         self.caught_up_at = service._clock()
+        self._marks: collections.deque[tuple[int, float]] = collections.deque(maxlen=MAX_MARKS)
         self._closed = False
 
     def status(self, top: int) -> dict[str, Any]:
@@ -357,6 +365,9 @@ class HAConnection:
                 )
             self._last_heard = svc._clock()
             self.ack_offset = offset
+            marks = self._marks
+            while marks and offset >= marks[0][0]:
+                self.caught_up_at = max(self.caught_up_at, marks.popleft()[1])
             if offset >= svc.store.commit_log_max_offset:
                 self.caught_up_at = self._last_heard
             svc.acknowledged(offset)
@@ -381,6 +392,8 @@ class HAConnection:
                 self.writer.write(data)
                 self.next_offset = at + n
                 last_sent = svc._clock()
+                if not self._marks or self._marks[-1][0] < top:
+                    self._marks.append((top, last_sent))
                 await self.writer.drain()
                 continue
             now = svc._clock()
