@@ -40,12 +40,18 @@ def masters(tables: dict[str, dict[str, str]]) -> list[str]:
 def settled_master(
     tables: dict[str, dict[str, str]], cluster: ProcessCluster, names: Iterable[str]
 ) -> str | None:
-    """The master's name once exactly one broker is master and every running
-    broker answered and is in its SyncStateSet, else None."""
+    """The master's name once exactly one broker is master, every running
+    broker answered and is in its SyncStateSet, and every other member of
+    the set is replicating from it now (a set the master has not shrunk
+    yet may still name a slave whose connection just broke), else None."""
     found = masters(tables)
     if len(found) != 1:
         return None
-    in_set = set(json.loads(tables[found[0]]["syncStateSet"]))
+    master = tables[found[0]]
+    in_set = set(json.loads(master["syncStateSet"]))
     ids = {int(t["controllerBrokerId"]) for t in tables.values()}
     running = sum(1 for n in names if cluster.brokers[n].running)
-    return found[0] if len(tables) == running and ids <= in_set else None
+    connected = {int(s["brokerId"]) for s in json.loads(master.get("haSlaves", "[]"))}
+    slaves = in_set - {int(master["controllerBrokerId"])}
+    ok = len(tables) == running and ids <= in_set and slaves <= connected
+    return found[0] if ok else None

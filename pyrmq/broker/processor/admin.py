@@ -165,7 +165,16 @@ class AdminBrokerProcessor:
 
     def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         table: dict[str, Any] = self._runtime_info()
-        body = json.dumps({"table": {k: str(v) for k, v in table.items()}}).encode()
+        # every value a string, as RocketMQ's table has them; lists and
+        # objects as JSON, so tools can read them back
+        body = json.dumps(
+            {
+                "table": {
+                    k: json.dumps(v) if isinstance(v, list | dict) else str(v)
+                    for k, v in table.items()
+                }
+            }
+        ).encode()
         return cmd.response(ResponseCode.SUCCESS, body=body)
 
     def invoke_broker_to_reset_offset(
