@@ -547,7 +547,7 @@ static int unit_names_record(rmq_store_t *s, const rmq_cq_unit_t *u, int64_t qof
 
 int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid, int64_t offset,
                   int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
-                  rmq_cq_unit_t *out, rmq_get_result_t *res) {
+                  int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res) {
     memset(res, 0, sizeof(*res));
     res->next_begin_offset = offset;
     res->status = RMQ_GET_NO_MESSAGE_IN_QUEUE;
@@ -621,6 +621,14 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
             if (kept > 0 && (kept >= max_msgs || bytes + u->size > max_bytes)) {
                 next = qoffs[i]; /* the batch is full: resume at this unit */
                 stop = 1;
+                break;
+            }
+            if (max_phys >= 0 && u->phys_offset + u->size > max_phys) {
+                /* not confirmed yet: neither served nor skipped (a failover
+                 * may replace it with another record at this queue offset) */
+                next = qoffs[i];
+                stop = 1;
+                if (kept == 0) res->status = RMQ_GET_OFFSET_OVERFLOW_ONE;
                 break;
             }
             if (next_phy_file >= 0 && u->phys_offset < next_phy_file) continue;

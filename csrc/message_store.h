@@ -137,10 +137,15 @@ int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n);
 
 /* RocketMQ getMessage: units of (topic, qid) from offset, at most max_msgs
  * messages and max_bytes bytes (the first message always fits), matching the
- * tag codes (ntags == 0: all). Fills out[0..max_msgs). Owner thread. */
+ * tag codes (ntags == 0: all). Fills out[0..max_msgs). With max_phys >= 0
+ * the read ends before the first unit (matching or not) whose record ends
+ * beyond max_phys (RocketMQ 5's confirmOffset: a controller-mode master
+ * serves only what its SyncStateSet holds); when that is the first unit,
+ * the status is OFFSET_OVERFLOW_ONE (nothing readable yet) and
+ * next_begin_offset that unit's offset. Owner thread. */
 int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,
                   int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
-                  int32_t ntags, rmq_cq_unit_t *out, rmq_get_result_t *res);
+                  int32_t ntags, int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res);
 
 /* Min/max queue offset of (topic, qid); -1 when the queue does not exist. */
 int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid);

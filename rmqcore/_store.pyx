@@ -333,9 +333,12 @@ cdef class MessageStoreCore:
         return _append_result(&r, self.store_host)
 
     def get_message(self, topic, int queue_id, long long offset, int max_msgs=32,
-                    long long max_bytes=256 * 1024, tags_codes=None) -> GetResult:
+                    long long max_bytes=256 * 1024, tags_codes=None,
+                    long long max_phys=-1) -> GetResult:
         """RocketMQ getMessage: up to max_msgs records of (topic, queue_id)
-        from offset (the first always fits max_bytes), filtered by tag codes."""
+        from offset (the first always fits max_bytes), filtered by tag codes;
+        max_phys >= 0: none whose record ends beyond it, nor any after such
+        a record (OFFSET_OVERFLOW_ONE when the first is one)."""
         cdef Py_ssize_t n
         cdef const uint8_t *t
         cdef rmq_get_result_t res
@@ -361,7 +364,7 @@ cdef class MessageStoreCore:
                     tags[i] = <int32_t>codes[i]
                 ntags = <int32_t>len(codes)
             rc = rmq_store_get(self._s, t, <int32_t>n, queue_id, offset, max_msgs, max_bytes,
-                               tags, ntags, units, &res)
+                               tags, ntags, max_phys, units, &res)
             _raise_for(rc, "get_message")
             out = GetResult.__new__(GetResult)
             out.status = GET_MESSAGE_STATUS[res.status]

@@ -545,9 +545,12 @@ class MessageStore:
         offset: int,
         max_msgs: int = 32,
         tags_codes: Iterable[int] | None = None,
+        max_phys: int = -1,
     ) -> rmqcore.GetResult:
         """RocketMQ getMessage: byte ranges of up to max_msgs records from
-        offset, within maxTransferBytes/CountOnMessageInMemory."""
+        offset, within maxTransferBytes/CountOnMessageInMemory; max_phys >=
+        0: only records that end at or below it (a controller-mode master's
+        confirmOffset), OFFSET_OVERFLOW_ONE when the first does not."""
         cfg = self.config
         n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
         return self.core.get_message(
@@ -557,6 +560,7 @@ class MessageStore:
             max(n, 1),
             cfg.max_transfer_bytes_on_message_in_memory,
             list(tags_codes) if tags_codes else None,
+            max_phys,
         )
 
     def read(self, ranges: Sequence[tuple[int, int]]) -> bytes:

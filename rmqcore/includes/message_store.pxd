@@ -70,7 +70,8 @@ cdef extern from "message_store.h" nogil:
     int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n)
     int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,
                       int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
-                      int32_t ntags, rmq_cq_unit_t *out, rmq_get_result_t *res)
+                      int32_t ntags, int64_t max_phys, rmq_cq_unit_t *out,
+                      rmq_get_result_t *res)
     int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid)
     int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid)
     int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,

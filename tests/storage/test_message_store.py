@@ -71,6 +71,36 @@ def test_get_message_statuses_follow_rocketmq(tmp_path, run):
     run(main())
 
 
+def test_get_message_stops_before_the_first_record_beyond_max_phys(tmp_path, run):
+    """A controller-mode master's confirmOffset: records ending beyond it
+    are neither served nor skipped, matching the tag filter or not."""
+
+    async def main():
+        async with MessageStore(small_config(str(tmp_path))) as store:
+            ends = []
+            for i in range(6):
+                tag = "TagA" if i in (0, 4, 5) else "TagB"
+                r = store.put_message_nowait("T", 0, b"x", rmqcore.encode_properties({"TAGS": tag}))
+                store.put_message_nowait("Other", 0, b"y" * 50)  # interleaved records
+                ends.append(r.next_phys_offset)
+            r = store.get_message("T", 0, 0, max_phys=ends[2])
+            assert (r.status, r.message_count, r.next_begin_offset) == ("FOUND", 3, 3)
+            r = store.get_message("T", 0, 3, max_phys=ends[2])
+            assert (r.status, r.message_count, r.next_begin_offset) == ("OFFSET_OVERFLOW_ONE", 0, 3)
+            r = store.get_message("T", 0, 0, max_phys=ends[0] - 1)
+            assert (r.status, r.next_begin_offset) == ("OFFSET_OVERFLOW_ONE", 0)
+            a = [rmqcore.tag_code("TagA")]
+            # units 1-3 do not match and are confirmed: skipped; 4 is not confirmed
+            r = store.get_message("T", 0, 1, tags_codes=a, max_phys=ends[3])
+            assert (r.status, r.message_count, r.next_begin_offset) == ("OFFSET_OVERFLOW_ONE", 0, 4)
+            r = store.get_message("T", 0, 0, tags_codes=a, max_phys=ends[4])
+            assert (r.status, r.message_count, r.next_begin_offset) == ("FOUND", 2, 5)
+            r = store.get_message("T", 0, 0, max_phys=-1)
+            assert (r.status, r.message_count, r.next_begin_offset) == ("FOUND", 6, 6)
+
+    run(main())
+
+
 def test_get_message_respects_byte_limit_but_always_returns_one(tmp_path, run):
     async def main():
         cfg = small_config(str(tmp_path), max_transfer_bytes_on_message_in_memory=3000)

@@ -184,23 +184,14 @@ class PullMessageProcessor:
         """Answer req if there is something to say; False means "nothing
         yet" (only when not final)."""
         store = self.store
-        r = store.get_message(req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None)
+        # a controller-mode master serves only what its SyncStateSet holds:
+        # a record beyond that is as if it had not arrived (held, or 19)
+        limit = self.confirm_limit() if self.confirm_limit is not None else -1
+        r = store.get_message(
+            req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None, limit
+        )
         status = r.status
-        unconfirmed = False
-        if self.confirm_limit is not None and r.ranges:
-            limit = self.confirm_limit()
-            if r.ranges[-1][0] + r.ranges[-1][1] > limit:
-                keep = sum(1 for off, size in r.ranges if off + size <= limit)
-                if keep:  # the same read, stopping before the first unconfirmed record
-                    r = store.get_message(
-                        req.topic, req.queue_id, req.offset, keep, req.codes or None
-                    )
-                else:
-                    unconfirmed = True
         code = _CODE_OF_STATUS.get(status)
-        if unconfirmed:
-            # nothing confirmed yet: as if nothing had arrived (held, or 19)
-            code = ResponseCode.PULL_NOT_FOUND
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if req.offset else ResponseCode.PULL_NOT_FOUND
         if not final and (
@@ -216,7 +207,7 @@ class PullMessageProcessor:
             # offset (RocketMQ's offsetCheckInSlave=false)
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         ext = {
-            "nextBeginOffset": str(req.offset if unconfirmed else r.next_begin_offset),
+            "nextBeginOffset": str(r.next_begin_offset),
             "minOffset": str(r.min_offset),
             "maxOffset": str(r.max_offset),
             "suggestWhichBrokerId": "1" if self._consuming_slowly(r) else "0",
