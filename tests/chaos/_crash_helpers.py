@@ -1,7 +1,7 @@
-"""Helpers shared by test_crash_loop.py and test_damaged_files.py: bare
-admin requests (create a topic, read a queue whole), the committed offsets a
-broker persisted, and the parent side of the C++ client load process
-(_crash_cpp.py)."""
+"""Helpers shared by the chaos tests: bare admin requests (create a topic,
+read a queue whole), the committed offsets a broker persisted, pyrmq send
+loops that tally what every send came to, and the parent side of the C++
+client load process (_crash_cpp.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from typing import Any
 import rmqcore
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import RMQError, StoreError
-from pyrmq.common.message import MessageExt, MessageQueue
+from pyrmq.common.message import Message, MessageExt, MessageQueue
+from pyrmq.common.results import SendStatus
+from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingClient, RequestCode
 from tests._reading import pull_all, read_queue
 
@@ -137,6 +139,78 @@ class Tally:
         """Deliveries of a stored record after its first one."""
         per_record = Counter((d.queue_id, d.queue_offset) for d in self.deliveries)
         return sum(n - 1 for n in per_record.values())
+
+
+class SendLoops:
+    """`senders` loops on one started Producer, each sending bodies
+    <prefix>-<n> (n shared, the body also the key) to topic one at a time,
+    `pause` s apart, until stop(). Every body ends in `acked` (SEND_OK) or
+    `failed` (raised, or another status: stored maybe, not acknowledged);
+    `acked` and `failed` may be the caller's sets (a Tally's)."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        topic: str,
+        *,
+        senders: int,
+        pause: float,
+        prefix: str = "py",
+        acked: set[str] | None = None,
+        failed: set[str] | None = None,
+    ) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.senders = senders
+        self.pause = pause
+        self.prefix = prefix
+        self.acked: set[str] = set() if acked is None else acked
+        self.failed: set[str] = set() if failed is None else failed
+        #: SEND_OK answers by broker name
+        self.acked_by: Counter[str] = Counter()
+        #: answers other than SEND_OK, by status
+        self.not_ok: Counter[str] = Counter()
+        #: sends that raised, by error class
+        self.errors: Counter[str] = Counter()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next = 0
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._loop(), name=f"chaos:{self.prefix}-sender{i}")
+            for i in range(self.senders)
+        ]
+
+    async def _loop(self) -> None:
+        for _ in range(10_000_000):
+            if self._stop.is_set():
+                return
+            body = f"{self.prefix}-{self._next:07d}"
+            self._next += 1
+            try:
+                r = await self.producer.send(Message(self.topic, body.encode(), keys=body))
+            except RMQError as e:  # a broker (or its route) is away
+                self.failed.add(body)
+                self.errors[type(e).__name__] += 1
+                await asyncio.sleep(0.05)
+                continue
+            if r.send_status is SendStatus.SEND_OK:
+                self.acked.add(body)
+                self.acked_by[r.message_queue.broker_name] += 1
+            else:  # FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE...: stored, not safe
+                self.failed.add(body)
+                self.not_ok[r.send_status.name] += 1
+            await asyncio.sleep(self.pause)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    async def stop(self) -> None:
+        """Stop the loops (idempotent); the producer stays the caller's."""
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
 
 
 class CppLoad:

@@ -44,9 +44,7 @@ from typing import Any
 
 import pytest
 
-from pyrmq.common.errors import RMQError
-from pyrmq.common.message import Message, MessageExt, MessageQueue
-from pyrmq.common.results import SendStatus
+from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 from pyrmq.producer import Producer
 from pyrmq.testing.cluster import ProcessCluster
@@ -55,6 +53,7 @@ from tests.chaos._crash_helpers import (
     Admin,
     CppLoad,
     Delivery,
+    SendLoops,
     Tally,
     persisted_offsets,
 )
@@ -133,9 +132,14 @@ class PyLoad:
         self.namesrv = namesrv
         self.consumer = self._new_consumer()
         self.consumer_restarts = 0
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._next = 0
+        self.sends = SendLoops(
+            self.producer,
+            TOPIC,
+            senders=SENDERS,
+            pause=SEND_PAUSE,
+            acked=self.tally.acked,
+            failed=self.tally.failed,
+        )
 
     def _new_consumer(self) -> PushConsumer:
         consumer = PushConsumer(
@@ -173,35 +177,13 @@ class PyLoad:
     async def start(self) -> None:
         await self.consumer.start()
         await self.producer.start()
-        self._tasks = [
-            asyncio.create_task(self._send_loop(), name=f"chaos:py-sender{i}")
-            for i in range(SENDERS)
-        ]
-
-    async def _send_loop(self) -> None:
-        for _ in range(10_000_000):
-            if self._stop.is_set():
-                return
-            mid = f"py-{self._next:07d}"
-            self._next += 1
-            try:
-                r = await self.producer.send(Message(TOPIC, mid.encode(), keys=mid))
-            except RMQError:  # the broker (or its route) is away
-                self.tally.failed.add(mid)
-                await asyncio.sleep(0.05)
-                continue
-            if r.send_status is SendStatus.SEND_OK:
-                self.tally.acked.add(mid)
-            else:  # FLUSH_DISK_TIMEOUT: stored, maybe not durable
-                self.tally.failed.add(mid)
-            await asyncio.sleep(SEND_PAUSE)
+        self.sends.start()
 
     async def stop_sending(self) -> None:
         """Stop the send loops and the producer (idempotent)."""
-        if self._stop.is_set():
+        if self.sends.stopped:
             return
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
+        await self.sends.stop()
         await self.producer.shutdown()
 
     def counts(self) -> tuple[int, int]:

@@ -56,8 +56,7 @@ from typing import Any
 import pytest
 
 from pyrmq.common.errors import RMQError
-from pyrmq.common.message import Message, MessageExt, MessageQueue
-from pyrmq.common.results import SendStatus
+from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 from pyrmq.producer import Producer
 from pyrmq.remoting import RequestCode
@@ -66,7 +65,7 @@ from pyrmq.storage.files import segments
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.proxy import FaultProxy
 from tests._waiting import wait_until
-from tests.chaos._crash_helpers import Admin, CppLoad
+from tests.chaos._crash_helpers import Admin, CppLoad, SendLoops
 from tests.chaos.conftest import scale
 
 MASTER_A, SLAVE_A, MASTER_B, SLAVE_B = "broker-a", "broker-a-s", "broker-b", "broker-b-s"
@@ -207,13 +206,6 @@ class PyLoad:
     PushConsumer group."""
 
     def __init__(self, namesrv: str) -> None:
-        self.acked: set[str] = set()
-        #: SEND_OK answers by broker name
-        self.acked_by: Counter[str] = Counter()
-        self.failed: set[str] = set()
-        #: answers other than SEND_OK, by status (stored, not acknowledged)
-        self.not_ok: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
         self.deliveries = 0
         self.producer = Producer(
@@ -227,49 +219,22 @@ class PyLoad:
             poll_name_server_interval=1.0,
         )
         self.consumer = group_consumer(namesrv, PY_GROUP, self.received)
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._next = 0
+        self.sends = SendLoops(self.producer, TOPIC, senders=SENDERS, pause=SEND_PAUSE)
 
     async def start(self) -> None:
         await self.consumer.start()
         await self.producer.start()
-        self._tasks = [
-            asyncio.create_task(self._send_loop(), name=f"chaos:ha-sender{i}")
-            for i in range(SENDERS)
-        ]
-
-    async def _send_loop(self) -> None:
-        for _ in range(10_000_000):
-            if self._stop.is_set():
-                return
-            body = f"py-{self._next:07d}"
-            self._next += 1
-            try:
-                r = await self.producer.send(Message(TOPIC, body.encode(), keys=body))
-            except RMQError as e:  # a broker (or its route) is away
-                self.failed.add(body)
-                self.errors[type(e).__name__] += 1
-                await asyncio.sleep(0.05)
-                continue
-            if r.send_status is SendStatus.SEND_OK:
-                self.acked.add(body)
-                self.acked_by[r.message_queue.broker_name] += 1
-            else:
-                self.failed.add(body)
-                self.not_ok[r.send_status.name] += 1
-            await asyncio.sleep(SEND_PAUSE)
+        self.sends.start()
 
     async def stop_sending(self) -> None:
         """Stop the send loops and the producer (idempotent)."""
-        if self._stop.is_set():
+        if self.sends.stopped:
             return
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
+        await self.sends.stop()
         await self.producer.shutdown()
 
     def counts(self) -> tuple[int, int]:
-        return len(self.acked), sum(self.received.values())
+        return len(self.sends.acked), sum(self.received.values())
 
 
 def group_consumer(namesrv: str, group: str, counts: Counter[str]) -> PushConsumer:
@@ -381,7 +346,7 @@ def test_master_slave_replication_under_random_faults_loses_no_acknowledged_mess
             await py.stop_sending()
             await asyncio.to_thread(cpp.stop_sending)
             await replicated(admin, cluster, "the end of the load")
-            acked = py.acked | cpp.tally.acked
+            acked = py.sends.acked | cpp.tally.acked
             drain = await wait_until(
                 lambda: acked <= set(py.received),
                 "the running pyrmq group: every acknowledged message",
@@ -544,8 +509,8 @@ def test_master_slave_replication_under_random_faults_loses_no_acknowledged_mess
 
     def check(py: PyLoad, cpp: CppLoad, fresh: Counter[str], stored: Counter[str]) -> None:
         cpp_received = Counter(d.mid for d in cpp.tally.deliveries)
-        acked = py.acked | cpp.tally.acked
-        sent = acked | py.failed | cpp.tally.failed
+        acked = py.sends.acked | cpp.tally.acked
+        sent = acked | py.sends.failed | cpp.tally.failed
         lost = acked - set(stored)
         lost_groups = {
             "py": acked - set(py.received),
@@ -555,12 +520,12 @@ def test_master_slave_replication_under_random_faults_loses_no_acknowledged_mess
         phantom = (set(stored) | set(py.received) | set(cpp_received) | set(fresh)) - sent
         figures.update(
             acked=len(acked),
-            acked_py=len(py.acked),
-            acked_py_by_broker=dict(py.acked_by),
+            acked_py=len(py.sends.acked),
+            acked_py_by_broker=dict(py.sends.acked_by),
             acked_cpp=len(cpp.tally.acked),
-            failed_sends=len(py.failed) + len(cpp.tally.failed),
-            not_ok_py=dict(py.not_ok),
-            send_errors_py=dict(py.errors),
+            failed_sends=len(py.sends.failed) + len(cpp.tally.failed),
+            not_ok_py=dict(py.sends.not_ok),
+            send_errors_py=dict(py.sends.errors),
             stored=sum(stored.values()),
             stored_twice={
                 client: sum(n - 1 for b, n in stored.items() if n > 1 and b.startswith(client))
