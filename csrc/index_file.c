@@ -75,6 +75,25 @@ static int32_t readable_count(const rmq_index_file_t *f) {
     return c;
 }
 
+/* A put writes its entry at position count, then the slot's head, then the
+ * header's count. A process killed between the last two leaves a slot whose
+ * head is the uncounted entry: the next put would write over that entry
+ * (another key's, in another chain) and the slot's older entries would be
+ * out of reach. Point the slot back at the entry's predecessor; the record
+ * is indexed again by recovery (the header's end offset is still the
+ * previous put's). */
+static void undo_torn_put(rmq_index_file_t *f, int32_t count) {
+    if (count >= f->index_num) return;
+    const uint8_t *ep = entry_ptr(f, count);
+    int32_t hash = rmq_get_be32(ep + ENT_HASH);
+    if (hash < 0) return; /* never a key's hash: not a written entry */
+    uint8_t *sp = slot_ptr(f, hash % f->hash_slot_num);
+    if (rmq_get_be32(sp) != count) return;
+    int32_t prev = rmq_get_be32(ep + ENT_PREV);
+    rmq_put_be32(sp, prev > 0 && prev < count ? prev : 0);
+    __atomic_store_n(&f->mf->flushed_pos, 0, __ATOMIC_RELEASE); /* dirty */
+}
+
 int rmq_index_file_open(const char *path, int32_t hash_slot_num, int32_t index_num, int create,
                         rmq_index_file_t **out) {
     if (!out) return RMQ_EBAD_ARG;
@@ -126,6 +145,7 @@ int rmq_index_file_open(const char *path, int32_t hash_slot_num, int32_t index_n
         __atomic_store_n(&mf->flushed_pos, 0, __ATOMIC_RELEASE);
     } else {
         __atomic_store_n(&mf->flushed_pos, size, __ATOMIC_RELEASE);
+        undo_torn_put(f, count);
     }
     *out = f;
     return RMQ_OK;

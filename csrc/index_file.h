@@ -26,7 +26,8 @@ typedef struct rmq_index_file {
 
 /* Open or create (create=1) one IndexFile of 40 + slots*4 + num*20 bytes.
  * A new file gets index_count = 1. An existing file whose size does not
- * match is RMQ_ECORRUPT. */
+ * match is RMQ_ECORRUPT. A put cut short between its slot and its count (a
+ * killed process) is undone: the slot points at its older entries again. */
 int rmq_index_file_open(const char *path, int32_t hash_slot_num, int32_t index_num, int create,
                         rmq_index_file_t **out);
 

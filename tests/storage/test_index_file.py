@@ -299,6 +299,34 @@ def test_reopen_file(tmp_path):
     f.close()
 
 
+def test_a_put_torn_between_slot_and_count_is_undone_on_reopen(tmp_path):
+    """A process killed after a put wrote its entry and the slot's head but
+    not the header's count: reopened, the slot must lead to its older
+    entries again, before and after the next put takes the position."""
+    path, slots = tmp_path / "idx", 13
+    f = IndexFile(path, slots, 32)
+    for i in range(6):
+        f.put("T", f"k{i % 2}", 1000 + i, T0 + i * 10)
+    f.close()
+    header, slot_vals, _ = parse(path, slots)
+    count = header[5]
+    h = key_hash("T", "k0")
+    slot = h % slots
+    data = bytearray(path.read_bytes())
+    entry = HEADER + 4 * slots + 20 * count
+    data[entry : entry + 20] = struct.pack(">iqii", h, 2000, 1, slot_vals[slot])
+    data[HEADER + 4 * slot : HEADER + 4 * slot + 4] = struct.pack(">i", count)
+    path.write_bytes(bytes(data))
+    f = IndexFile(path, slots, 32, create=False)
+    assert f.header()[4] == count  # the torn entry is not counted
+    assert f.select("T", "k0") == [1004, 1002, 1000]
+    other = next(f"x{i}" for i in range(100) if key_hash("T", f"x{i}") % slots != slot)
+    assert f.put("T", other, 3000, T0 + 100) == lib.RMQ_OK  # takes position count
+    assert f.select("T", "k0") == [1004, 1002, 1000]
+    assert f.select("T", other) == [3000]
+    f.close()
+
+
 def test_open_missing_without_create(tmp_path):
     out = ffi.new("rmq_index_file_t **")
     rc = lib.rmq_index_file_open(str(tmp_path / "nope").encode(), 5, 5, 0, out)
