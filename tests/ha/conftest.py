@@ -87,3 +87,40 @@ def controller_cluster(tmp_path: pathlib.Path) -> Iterator[tuple[ControllerGroup
         yield ctl, c
     finally:
         stop_controller_mode(ctl, c)
+
+
+#: the 4.x master/slave pair: broker-a and its SLAVE (brokerId 1)
+MASTER, SLAVE = "broker-a", "broker-a-s"
+
+
+def ha_cluster(root: pathlib.Path, role: str, flush: str = "SYNC_FLUSH") -> ProcessCluster:
+    return ProcessCluster(
+        root,
+        (MASTER, SLAVE),
+        broker_conf={"haSendHeartbeatInterval": 1000, "flushDiskType": flush},
+        per_broker_conf={
+            MASTER: {"brokerRole": role},
+            SLAVE: {"brokerName": MASTER, "brokerId": 1, "brokerRole": "SLAVE"},
+        },
+    )
+
+
+def running(c: ProcessCluster) -> Iterator[ProcessCluster]:
+    """Start c; shut it down after the test, its logs' tails printed (shown
+    when the test failed)."""
+    try:
+        c.start()
+        yield c
+    finally:
+        c.shutdown()
+        print(c.log_tails(40))
+
+
+@pytest.fixture
+def sync_cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
+    yield from running(ha_cluster(tmp_path / "cluster", "SYNC_MASTER"))
+
+
+@pytest.fixture
+def async_cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
+    yield from running(ha_cluster(tmp_path / "cluster", "ASYNC_MASTER", flush="ASYNC_FLUSH"))

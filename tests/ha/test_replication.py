@@ -12,7 +12,6 @@ import json
 import pathlib
 import shutil
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,32 +25,9 @@ from pyrmq.remoting import RequestCode
 from pyrmq.testing.cluster import ProcessCluster
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin, CppLoad
+from tests.ha.conftest import MASTER, SLAVE
 
-MASTER, SLAVE = "broker-a", "broker-a-s"
 QUEUES = 4
-
-
-def ha_cluster(root: pathlib.Path, role: str, flush: str = "SYNC_FLUSH") -> ProcessCluster:
-    return ProcessCluster(
-        root,
-        (MASTER, SLAVE),
-        broker_conf={"haSendHeartbeatInterval": 1000, "flushDiskType": flush},
-        per_broker_conf={
-            MASTER: {"brokerRole": role},
-            SLAVE: {"brokerName": MASTER, "brokerId": 1, "brokerRole": "SLAVE"},
-        },
-    )
-
-
-@pytest.fixture
-def sync_cluster(tmp_path: pathlib.Path) -> Iterator[ProcessCluster]:
-    c = ha_cluster(tmp_path / "cluster", "SYNC_MASTER")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.shutdown()
-        print(c.log_tails(40))  # shown when the test failed
 
 
 async def runtime(admin: Admin, addr: str) -> dict[str, str]:
@@ -238,15 +214,9 @@ async def _no_slave(tmp_path: pathlib.Path) -> None:
 
 
 def test_offsets_committed_while_the_master_is_away_survive_its_return(
-    arun: Any, tmp_path: pathlib.Path
+    arun: Any, async_cluster: ProcessCluster
 ) -> None:
-    c = ha_cluster(tmp_path / "cluster", "ASYNC_MASTER", flush="ASYNC_FLUSH")
-    try:
-        c.start()
-        arun(_offsets_survive(c), timeout=300)
-    finally:
-        c.shutdown()
-        print(c.log_tails(30))
+    arun(_offsets_survive(async_cluster), timeout=300)
 
 
 async def _offsets_survive(c: ProcessCluster) -> None:

@@ -23,8 +23,9 @@ from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
+from tests.ha.conftest import MASTER, SLAVE
 from tests.ha.test_failover import _wait_new_master, wait_settled
-from tests.ha.test_replication import MASTER, SLAVE, consumer, ha_cluster, replicated
+from tests.ha.test_replication import consumer, replicated
 
 
 def _manager(root: pathlib.Path) -> TopicConfigManager:
@@ -101,15 +102,9 @@ async def _fresh_topic_failover(c: ProcessCluster) -> None:
 
 
 def test_a_topic_deleted_on_the_master_loses_its_queues_on_the_slave(
-    arun: Any, tmp_path: pathlib.Path
+    arun: Any, async_cluster: ProcessCluster
 ) -> None:
-    c = ha_cluster(tmp_path / "cluster", "ASYNC_MASTER", "ASYNC_FLUSH")
-    try:
-        c.start()
-        arun(_deleted_topic(c), timeout=200)
-    finally:
-        c.shutdown()
-        print(c.log_tails(30))
+    arun(_deleted_topic(async_cluster), timeout=200)
 
 
 async def _deleted_topic(c: ProcessCluster) -> None:
