@@ -319,6 +319,29 @@ def test_forbidden_topics_no_permission(arun, tmp_path):
     arun(main())
 
 
+def test_half_messages_are_refused_until_transactions_are_served(arun, tmp_path):
+    """A transaction's half message (sysFlag TRANSACTION_PREPARED or the
+    TRAN_MSG property) is answered NO_PERMISSION, as RocketMQ answers with
+    rejectTransactionMessage=true, and nothing is stored: stored as an
+    ordinary prepared record it would be invisible for ever."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            await send_ok(cl, c.broker_addr, "TxT", b"plain", 0)
+            for sysflag, p in (
+                (4, ""),
+                (0, props(TRAN_MSG="true", PGROUP="PG")),
+                (4, props(TRAN_MSG="TRUE")),
+            ):
+                r = await send(cl, c.broker_addr, "TxT", b"half", 0, p, sysflag=sysflag)
+                assert r.code == R.NO_PERMISSION and "transaction" in r.remark, (sysflag, p, r)
+            r = await send(cl, c.broker_addr, "TxT", b"x", 0, props(TRAN_MSG="false"))
+            assert r.code == R.SUCCESS, r
+            assert await max_offset(cl, c.broker_addr, "TxT", 0) == 2
+
+    arun(main())
+
+
 def test_retry_topic_send_over_max_goes_to_dlq(arun, tmp_path):
     async def main() -> None:
         async with cluster(tmp_path, max_reconsume_times=3) as (c, cl):

@@ -68,6 +68,19 @@ V2_FIELDS = {
 _TRUE = ("1", "true", "True", "TRUE")
 SYSFLAG_COMPRESSED = rmqcore.SYSFLAG_COMPRESSED
 _TX_MASK = 0xC
+_TX_PREPARED = 0x4
+
+
+def _is_half_message(sysflag: int, props: str) -> bool:
+    """A transaction's half message: sysFlag TRANSACTION_PREPARED, or the
+    TRAN_MSG property (which RocketMQ's broker goes by)."""
+    if sysflag & _TX_MASK == _TX_PREPARED:
+        return True
+    if "TRAN_MSG" not in props:
+        return False
+    return rmqcore.decode_properties(props).get("TRAN_MSG", "").lower() == "true"
+
+
 #: compressed batches up to this size inflate inline (well under a
 #: millisecond); larger ones on the inflate thread
 INFLATE_INLINE_MAX = 32 * 1024
@@ -191,6 +204,14 @@ class SendMessageProcessor:
             )
         if batch:
             return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props)
+        if _is_half_message(sysflag, props):
+            # RocketMQ's answer with rejectTransactionMessage=true: stored as
+            # an ordinary prepared record it would be invisible for ever
+            raise NoPermissionError(
+                "the broker sending transaction message is forbidden: this pyrmq broker does "
+                "not serve transactional messages yet (no END_TRANSACTION); send without "
+                "TRAN_MSG"
+            )
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
