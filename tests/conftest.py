@@ -1,8 +1,14 @@
-"""Shared fixtures: small stores in tmp_path, and a leak check on mapped files."""
+"""Shared fixtures: small stores in tmp_path, and a leak check on mapped files.
+
+A test run stopped with SIGTERM (CI's timeout, an operator) stops as on
+Ctrl-C, so the servers its tests started are ended by the atexit handler of
+pyrmq.testing.cluster: they run in sessions of their own and would
+otherwise outlive the run, holding ports and CPU on a shared machine."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +30,14 @@ def small_config(root: str, **kw: object) -> MessageStoreConfig:
     )
     base.update(kw)
     return MessageStoreConfig(**base)  # type: ignore[arg-type]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
