@@ -13,6 +13,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -129,9 +130,11 @@ class HAService:
     def replicated_offset(self) -> int:
         """What required_acks slaves (at least one) all hold: the
         required_acks-th largest acknowledged offset; -1 with fewer slaves."""
-        acks = sorted((c.ack_offset for c in self.connections if c.streaming), reverse=True)
         k = max(1, self.required_acks)
-        return acks[k - 1] if len(acks) >= k else -1
+        if k == 1:  # every SYNC send and every ack asks: no list, no sort
+            return max((c.ack_offset for c in self.connections if c.streaming), default=-1)
+        acks = heapq.nlargest(k, (c.ack_offset for c in self.connections if c.streaming))
+        return acks[-1] if len(acks) == k else -1
 
     def set_required_acks(self, n: int) -> None:
         """How many slaves must hold a message before a SYNC answer (0:
