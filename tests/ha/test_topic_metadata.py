@@ -9,8 +9,9 @@ too, so adoption never brings it back."""
 
 from __future__ import annotations
 
+import json
 import pathlib
-from collections import Counter
+from collections.abc import Awaitable
 from typing import Any
 
 from pyrmq.broker.topic_config import TopicConfig, TopicConfigManager
@@ -25,7 +26,7 @@ from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
 from tests.ha.conftest import MASTER, SLAVE
 from tests.ha.test_failover import _wait_new_master, wait_settled
-from tests.ha.test_replication import consumer, replicated
+from tests.ha.test_replication import consumed_by_new_group, replicated
 
 
 def _manager(root: pathlib.Path) -> TopicConfigManager:
@@ -82,17 +83,9 @@ async def _fresh_topic_failover(c: ProcessCluster) -> None:
         c.kill_broker(master)  # most likely before the slave's next metadata sync
         await _wait_new_master(admin, c, master)
         await wait_until(lambda: admin.routed(topic), f"a route for {topic} after the failover")
-        got: Counter[str] = Counter()
-        reader = consumer(c, "fresh-reader", topic, got)
-        await reader.start()
-        try:
-            await wait_until(
-                lambda: acked <= set(got),
-                "the new master serving every message of the fresh topic",
-                progress=lambda: len(got),
-            )
-        finally:
-            await reader.shutdown()
+        await consumed_by_new_group(
+            c, "fresh-reader", topic, acked, "the new master serving every message of the topic"
+        )
         async with Producer("fresh-pg2", c.namesrv_addr, send_msg_timeout=3.0) as p:
             r = await p.send(Message(topic, b"after"))
             assert r.send_status is SendStatus.SEND_OK
@@ -116,10 +109,24 @@ async def _deleted_topic(c: ProcessCluster) -> None:
         async with Producer("deleted-pg", c.namesrv_addr) as p:
             for i in range(10):
                 await p.send(Message(topic, f"d-{i}".encode()))
+        await admin.api.broker_request(
+            c.broker_addr(MASTER),
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "deleted-cg", "topic": topic, "queueId": "0", "commitOffset": "3"},
+        )
+
+        async def slave_offsets() -> set[str]:
+            resp = await admin.api.broker_request(
+                c.broker_addr(SLAVE), RequestCode.GET_ALL_CONSUMER_OFFSET
+            )
+            return set(json.loads(resp.body)["offsetTable"])
+
+        key = f"{topic}@deleted-cg"
         await wait_until(
-            lambda: slave_queues.is_dir() and bool(stored_topics(str(c.store_dir(SLAVE)))),
+            lambda: slave_queues.is_dir() and topic in stored_topics(str(c.store_dir(SLAVE))),
             "the slave dispatching the topic's messages",
         )
+        await wait_until(lambda: _has(slave_offsets(), key), "the slave holding the group's offset")
         await admin.api.broker_request(
             c.broker_addr(MASTER), RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}
         )
@@ -127,3 +134,8 @@ async def _deleted_topic(c: ProcessCluster) -> None:
             lambda: topic not in stored_topics(str(c.store_dir(SLAVE))),
             "the slave dropping the deleted topic's ConsumeQueues at its next sync",
         )
+        assert key not in await slave_offsets(), "the slave kept the deleted topic's offsets"
+
+
+async def _has(offsets: Awaitable[set[str]], key: str) -> bool:
+    return key in await offsets

@@ -3,8 +3,8 @@ every 10 s; pyrmq every SYNC_INTERVAL and at once when replication
 connects): the topic table (GET_ALL_TOPIC_CONFIG), consumer offsets
 (GET_ALL_CONSUMER_OFFSET) and delay offsets (GET_ALL_DELAY_OFFSET).
 
-A topic the master deleted loses its ConsumeQueues on the slave too, as
-the master's did: a slave that later becomes master adopts every topic it
+A topic the master deleted loses its ConsumeQueues and consumer offsets on
+the slave too, as the master's did: a slave that later becomes master adopts every topic it
 holds messages of (TopicConfigManager.adopt_stored), which must not bring
 a deleted topic back.
 
@@ -105,6 +105,8 @@ class SlaveSynchronize:
         before = set(self.topics.table)
         if self.topics.replace_all_from_master(topics):
             for gone in sorted(before - set(self.topics.table)):
+                # as the master's DELETE_TOPIC_IN_BROKER did (admin.py)
+                self.offsets.remove_topic(gone)
                 if self.store.delete_topic(gone):
                     log.info("HA: topic %s deleted on the master: its ConsumeQueues too", gone)
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
