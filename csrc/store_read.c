@@ -14,19 +14,19 @@
 #include "rmq_format.h"
 #include "store_internal.h"
 
-rmq_consume_queue_t *rmq_store_find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen,
-                                        int32_t qid) {
+static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_t tlen,
+                                    int32_t qid) {
     rmq_tq_entry_t *e = rmq_tq_get(&s->table, topic, tlen, qid, 0);
     return e ? e->cq : NULL;
 }
 
 int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
-    rmq_consume_queue_t *cq = rmq_store_find_cq(s, topic, tlen, qid);
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     return cq ? rmq_cq_min_offset(cq) : -1;
 }
 
 int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
-    rmq_consume_queue_t *cq = rmq_store_find_cq(s, topic, tlen, qid);
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     return cq ? rmq_cq_max_offset(cq) : -1;
 }
 
@@ -43,7 +43,7 @@ static int64_t store_ts_at(rmq_store_t *s, int64_t phys) {
 
 int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
                                  int64_t ts) {
-    rmq_consume_queue_t *cq = rmq_store_find_cq(s, topic, tlen, qid);
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     if (!cq) return -1;
     int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
     int64_t clog_min = rmq_mfq_min_offset(s->cl.mfq);
@@ -99,7 +99,7 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
     res->next_begin_offset = offset;
     res->status = RMQ_GET_NO_MESSAGE_IN_QUEUE;
     if (max_msgs <= 0) return RMQ_EBAD_ARG;
-    rmq_consume_queue_t *cq = rmq_store_find_cq(s, topic, tlen, qid);
+    rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     if (!cq) {
         res->status = RMQ_GET_NO_MATCHED_LOGIC_QUEUE;
         res->next_begin_offset = 0;

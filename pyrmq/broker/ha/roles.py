@@ -57,7 +57,7 @@ class BrokerRoles:
         #: a slave's master (remoting address), as the name server or the
         #: replication handshake told
         self.master_addr = ""
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- start / stop ---------------------------------------------------------------------
 
@@ -102,12 +102,8 @@ class BrokerRoles:
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.append(task)
-        task.add_done_callback(self._forget)
-
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        if task in self._tasks:
-            self._tasks.remove(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _start_ha_service(self, store: MessageStore) -> HAService:
         b = self.broker
