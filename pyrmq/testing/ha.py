@@ -1,8 +1,9 @@
-"""What a controller-mode broker group looks like from outside, for tests
-and benchmarks: each running broker's role, id and SyncStateSet from its
+"""What a broker group looks like from outside, for tests and benchmarks:
+each running broker's role, id and SyncStateSet from its
 GET_BROKER_RUNTIME_INFO table (`controllerRole`, `controllerBrokerId`,
-`syncStateSet`), and whether the group has settled (one master, every
-running replica in its SyncStateSet)."""
+`syncStateSet`), whether the group has settled (one master, every running
+replica in its SyncStateSet and replicating), and how many messages of a
+topic a broker's queues hold."""
 
 from __future__ import annotations
 
@@ -55,3 +56,15 @@ def settled_master(
     slaves = in_set - {int(master["controllerBrokerId"])}
     ok = len(tables) == running and ids <= in_set and slaves <= connected
     return found[0] if ok else None
+
+
+async def stored_messages(api: MQClientAPI, addr: str, topic: str, queues: int) -> int:
+    """Messages of topic in the broker's queues 0..queues-1 (the sum of
+    their max offsets: GET_MAX_OFFSET)."""
+    total = 0
+    for q in range(queues):
+        resp = await api.broker_request(
+            addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)}
+        )
+        total += int(resp.ext_fields["offset"])
+    return total

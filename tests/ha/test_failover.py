@@ -29,17 +29,17 @@ from pyrmq.common.errors import RMQError
 from pyrmq.common.message import Message
 from pyrmq.common.results import SendStatus
 from pyrmq.producer import Producer
-from pyrmq.remoting import RequestCode
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
-from pyrmq.testing.ha import replica_tables, settled_master
+from pyrmq.testing.ha import replica_tables, settled_master, stored_messages
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin, CppLoad
 from tests.chaos._net_ns import NetNs
 from tests.ha.conftest import NAMES
-from tests.ha.test_replication import consumer
+from tests.ha.test_replication import consumed_by_new_group, consumer
 
 TOPIC = "FailoverT"
+QUEUES = 4
 
 
 async def roles(admin: Admin, c: ProcessCluster) -> dict[str, dict[str, str]]:
@@ -130,7 +130,7 @@ async def failover_loop(
     faults: Counter[str] = Counter()
     async with Admin(c.namesrv_addr) as admin:
         master = await wait_settled(admin, c)
-        await admin.create_topic(c.broker_addr(master), TOPIC, 4)
+        await admin.create_topic(c.broker_addr(master), TOPIC, QUEUES)
         acked: set[str] = set()
         other: Counter[str] = Counter()
         failed_at: list[float] = []
@@ -232,18 +232,9 @@ async def failover_loop(
                 "the running pyrmq group receiving every acknowledged message",
                 progress=lambda: len(running),
             )
-            received: Counter[str] = Counter()
-            reader = consumer(c, "fo-reader", TOPIC, received)
-            await reader.start()
-            try:
-                await wait_until(
-                    lambda: acked <= set(received),
-                    "a new group receiving every acknowledged message",
-                    progress=lambda: len(received),
-                )
-            finally:
-                await reader.shutdown()
-            stored = await _stored(admin, c, await wait_settled(admin, c))
+            received = await consumed_by_new_group(c, "fo-reader", TOPIC, acked)
+            master = await wait_settled(admin, c)
+            stored = await stored_messages(admin.api, c.broker_addr(master), TOPIC, QUEUES)
         finally:
             stop.set()
             for t in senders:
@@ -266,17 +257,6 @@ async def failover_loop(
         f"max {max(outages):.2f}; extra master moves {moves}; replica logs identical over "
         f"{compared} bytes"
     )
-
-
-async def _stored(admin: Admin, c: ProcessCluster, master: str) -> int:
-    """Messages of TOPIC in the master's queues."""
-    total = 0
-    for q in range(4):
-        resp = await admin.api.broker_request(
-            c.broker_addr(master), RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}
-        )
-        total += int(resp.ext_fields["offset"])
-    return total
 
 
 async def wait_settled(admin: Admin, c: ProcessCluster) -> str:

@@ -43,7 +43,7 @@ from tests.ha.conftest import (
     stop_controller_mode,
 )
 from tests.ha.test_failover import roles, stop_and_compare_replicas, wait_settled
-from tests.ha.test_replication import consumer
+from tests.ha.test_replication import consumed_by_new_group
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOPIC = "PartitionT"
@@ -186,17 +186,7 @@ async def _partition(
         last_b0 = max((w for w, _ in ok_inner), default=cut_at)
         kinds = Counter(x.split()[0] for x in lines)
         acked = {b for _, b in inner_ok(only_b0=False)} | {b for _, b, _ in outer_ok}
-        got: Counter[str] = Counter()
-        reader_c = consumer(c, "ha-partition-reader", TOPIC, got)
-        await reader_c.start()
-        try:
-            await wait_until(
-                lambda: acked <= set(got),
-                "a new group receiving every acknowledged message",
-                progress=lambda: len(got),
-            )
-        finally:
-            await reader_c.shutdown()
+        await consumed_by_new_group(c, "ha-partition-reader", TOPIC, acked)
     assert not overlap, f"b0 acknowledged {len(overlap)} sends after b1 acknowledged its first"
     compared = stop_and_compare_replicas(c)
     print(

@@ -77,6 +77,25 @@ def consumer(c: ProcessCluster, group: str, topic: str, counts: Counter[str]) ->
     return pc
 
 
+async def consumed_by_new_group(
+    c: ProcessCluster,
+    group: str,
+    topic: str,
+    acked: set[str],
+    what: str = "a new group receiving every acknowledged message",
+) -> Counter[str]:
+    """Start a group reading topic from its first offset and wait until it
+    received every body in acked; its deliveries by body."""
+    got: Counter[str] = Counter()
+    reader = consumer(c, group, topic, got)
+    await reader.start()
+    try:
+        await wait_until(lambda: acked <= set(got), what, progress=lambda: len(got))
+    finally:
+        await reader.shutdown()
+    return got
+
+
 def test_sync_master_loses_nothing_acknowledged_when_master_and_its_disk_die(
     arun: Any, sync_cluster: ProcessCluster, tmp_path: pathlib.Path
 ) -> None:
