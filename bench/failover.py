@@ -52,7 +52,7 @@ from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
-from pyrmq.testing.ha import masters, replica_tables, settled_master
+from pyrmq.testing.ha import masters, replica_tables, settled_master, stored_messages
 
 SETTINGS: dict[str, tuple[int, int, int]] = {
     # name: (brokerHeartbeatInterval, controllerHeartBeatTimeoutMills,
@@ -79,17 +79,34 @@ async def _wait(cond: Any, what: str, limit: float = WAIT_LIMIT) -> float:
 
 
 class _Load:
-    """SENDERS producers awaiting their sends; the monotonic times of every
-    failed and every successful send."""
+    """SENDERS producers awaiting their sends, and the outages they saw:
+    (first failed send, first successful send after it). Only the open
+    outage and the closed ones are kept, not a time per send: the kill's
+    wait polls them every 50 ms while hundreds of thousands of sends go by."""
 
     def __init__(self, namesrv: str) -> None:
         self.namesrv = namesrv
         self.acked = 0
-        self.failed_at: list[float] = []
-        self.ok_at: list[float] = []
         self.other: Counter[str] = Counter()
+        self.outages: list[tuple[float, float]] = []
+        self.last_ok = 0.0
+        self.last_failed = 0.0
+        self._failing_since: float | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _failed(self, what: str) -> None:
+        self.other[what] += 1
+        self.last_failed = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = self.last_failed
+
+    def _ok(self) -> None:
+        self.acked += 1
+        self.last_ok = time.monotonic()
+        if self._failing_since is not None:
+            self.outages.append((self._failing_since, self.last_ok))
+            self._failing_since = None
 
     async def _one(self, k: int) -> None:
         body = _e2e.body_of(1024)
@@ -100,16 +117,13 @@ class _Load:
                 try:
                     r = await p.send(Message(TOPIC, body))
                 except RMQError as e:
-                    self.other[f"{type(e).__name__}: {e}"[:120]] += 1
-                    self.failed_at.append(time.monotonic())
+                    self._failed(f"{type(e).__name__}: {e}"[:120])
                     await asyncio.sleep(0.05)
                     continue
                 if r.send_status is SendStatus.SEND_OK:
-                    self.acked += 1
-                    self.ok_at.append(time.monotonic())
+                    self._ok()
                 else:
-                    self.other[r.send_status.name] += 1
-                    self.failed_at.append(time.monotonic())
+                    self._failed(r.send_status.name)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._one(k)) for k in range(SENDERS)]
@@ -118,20 +132,21 @@ class _Load:
         self._stop.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def before_kill(self) -> None:
+        """Forget an outage still open (a failure unrelated to the kill):
+        the kill's outage starts with the first failure after it."""
+        self._failing_since = None
+
     def served_since(self, killed_at: float) -> bool:
         """A successful send after the failures the kill caused (or, if no
         send failed, one more than a second after it)."""
         if self.outage_after(killed_at) is not None:
             return True
-        failed = any(t >= killed_at for t in self.failed_at)
-        return not failed and bool(self.ok_at) and self.ok_at[-1] > killed_at + 1.0
+        return self.last_failed < killed_at and self.last_ok > killed_at + 1.0
 
     def outage_after(self, killed_at: float) -> float | None:
-        first_fail = min((t for t in self.failed_at if t >= killed_at), default=None)
-        if first_fail is None:
-            return None
-        first_ok = min((t for t in self.ok_at if t > first_fail), default=None)
-        return None if first_ok is None else first_ok - first_fail
+        """The first outage that began at or after killed_at, closed."""
+        return next((end - start for start, end in self.outages if start >= killed_at), None)
 
 
 def _dist(xs: list[float]) -> dict[str, float]:
@@ -185,6 +200,7 @@ async def _measure(ctl: ControllerGroup, c: ProcessCluster, kills: int) -> dict[
                 return load.acked >= before + 100
 
             await _wait(more, "100 acknowledged sends before the kill")
+            load.before_kill()
             killed_at = time.monotonic()
             c.kill_broker(master)
 
@@ -211,14 +227,7 @@ async def _measure(ctl: ControllerGroup, c: ProcessCluster, kills: int) -> dict[
         await load.stop()
         tables = await replica_tables(api, c, NAMES)
         master = masters(tables)[0]
-        stored = 0
-        for q in range(QUEUES):
-            resp = await api.broker_request(
-                c.broker_addr(master),
-                RequestCode.GET_MAX_OFFSET,
-                {"topic": TOPIC, "queueId": str(q)},
-            )
-            stored += int(resp.ext_fields["offset"])
+        stored = await stored_messages(api, c.broker_addr(master), TOPIC, QUEUES)
         return {
             "kills": kills,
             "outage_s": _dist(outages),

@@ -55,6 +55,7 @@ from pyrmq.common.results import SendStatus
 from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing.cluster import ProcessCluster
+from pyrmq.testing.ha import stored_messages
 
 SETUPS: dict[str, tuple[str, str, bool]] = {
     # name: (master role, flush, with a slave)
@@ -78,13 +79,7 @@ class _Admin:
         return dict(json.loads(resp.body)["table"])
 
     async def stored(self, addr: str) -> int:
-        total = 0
-        for q in range(QUEUES):
-            resp = await self.api.broker_request(
-                addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}
-            )
-            total += int(resp.ext_fields["offset"])
-        return total
+        return await stored_messages(self.api, addr, TOPIC, QUEUES)
 
 
 def _cluster(root: pathlib.Path, setup: str, production: bool = True) -> ProcessCluster:
