@@ -7,7 +7,7 @@ filled in steps (full: 0, 1M, 5M, 10M, 25M, 50M messages of 128 B; quick: 0,
 0.5M, 1M, 2M) by pipelined batch sends: SEND_MESSAGE with ``batch`` "1" and
 an ``rmqcore.encode_batch`` body of 256 messages (each with the C++ client's
 KEYS, TAGS, distinct UNIQ_KEY and WAIT properties), a ring of pre-encoded
-frames sent by ``bench.broker_load._Sender`` over 2 connections, 8 batches
+frames sent by ``bench.pipelined.Sender`` over 2 connections, 8 batches
 outstanding on each. "Empty" (step 0) is a store primed with a few thousand
 messages: the first IndexFile (420 MB), the ConsumeQueue files and the next
 CommitLog segment are created once, on the store's threads, and on 2 CPUs
@@ -26,7 +26,7 @@ the fill, in this order (each a fixed length):
   the read began (recovery reads the last segment);
 - the broker is let settle (``settle_s``: until it uses < 5% of a CPU);
 - ``produce_rate``: pipelined single SEND_MESSAGE of 128 B for a fixed time
-  (``bench.broker_load.send_load``: 2 processes x 4 connections x 256
+  (``bench.pipelined.send_load``: 2 processes x 4 connections x 256
   outstanding, the broker report's section b shape);
 - ``consume_rate`` (= ``consume_head_rate``): the same pulls of the newest
   messages, those the produce measurement just wrote: a consumer that keeps
@@ -101,7 +101,6 @@ import datetime
 import functools
 import json
 import math
-import multiprocessing
 import os
 import pathlib
 import re
@@ -115,7 +114,7 @@ from typing import Any
 import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
-from pyrmq.storage import MessageStoreConfig
+from bench import pipelined as pl
 from pyrmq.testing.cluster import ProcessCluster
 
 TOPIC = "BenchBacklog"
@@ -124,8 +123,6 @@ BODY_LEN = 128
 BROKER = "broker-a"
 #: messages per batch send while filling
 FILL_BATCH = 256
-#: units per ConsumeQueue file (production_conf keeps the default)
-CQ_UNITS = MessageStoreConfig().cq_units_per_file
 #: what must stay free on the store's filesystem: max(this, 5% of it)
 RESERVE_BYTES = 8 * cl.GIB
 #: flush intervals of the unflushed-tail case (ms): nothing flushes by itself
@@ -240,10 +237,10 @@ async def _fill(
     """Send batch frames until at least `messages` are acknowledged."""
     loop = asyncio.get_running_loop()
     host, _, port = addr.rpartition(":")
-    senders: list[bl._Sender] = []
+    senders: list[pl.Sender] = []
     for c in range(conns):
         _, s = await loop.create_connection(
-            functools.partial(bl._Sender, ring, flen, window, c * 7), host, int(port)
+            functools.partial(pl.Sender, ring, flen, window, c * 7), host, int(port)
         )
         senders.append(s)
     need = math.ceil(messages / batch)
@@ -280,104 +277,6 @@ async def _fill(
 
 def fill(addr: str, ring: bytes, flen: int, messages: int) -> dict[str, Any]:
     return asyncio.run(_fill(addr, ring, flen, FILL_BATCH, messages))
-
-
-# -- reading ranges -------------------------------------------------------------------
-
-
-async def _pull_proc(
-    addr: str, conn_frames: list[list[bytes]], window: int, t_start: float
-) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    host, _, port = addr.rpartition(":")
-    pullers: list[bl._Puller] = []
-    for frames in conn_frames:
-        done = loop.create_future()
-        _, p = await loop.create_connection(
-            functools.partial(bl._Puller, frames, window, done), host, int(port)
-        )
-        pullers.append(p)
-    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
-    cpu0 = time.process_time()
-    for p in pullers:
-        p.start()
-    async with asyncio.timeout(600):
-        await asyncio.gather(*(p.done for p in pullers))
-    cpu1 = time.process_time()
-    for p in pullers:
-        if p.transport is not None:
-            p.transport.close()
-    return {
-        "msgs": sum(p.msgs for p in pullers),
-        "bad": sum(p.bad for p in pullers),
-        "pulls": sum(len(p.frames) for p in pullers),
-        "t_end": max(p.t_end for p in pullers),
-        "gen_cpu_s": cpu1 - cpu0,
-    }
-
-
-def _pull_child(args: tuple[Any, ...]) -> dict[str, Any]:
-    return asyncio.run(_pull_proc(*args))
-
-
-def pull_ranges(
-    srv: bl.Server,
-    topic: str,
-    ranges: dict[int, tuple[int, int]],
-    procs: int = 2,
-    conns: int = 4,
-    window: int = 64,
-    max_msgs: int = 32,
-) -> dict[str, Any]:
-    """Read queue q's offsets [start, end) for every q in ranges with
-    pipelined PULL_MESSAGE (broker_load.pull_frame, _Puller), planned ahead
-    (no pull spans two ConsumeQueue files), a queue's pulls on one
-    connection; messages/s from the common start to the last answer."""
-    slots = procs * conns
-    per_conn: list[list[bytes]] = [[] for _ in range(slots)]
-    by_slot: list[list[int]] = [[] for _ in range(slots)]
-    for i, q in enumerate(sorted(ranges)):
-        by_slot[i % slots].append(q)
-    opaque = 1
-    for slot, queues in enumerate(by_slot):
-        cursors = {q: ranges[q][0] for q in queues}
-        while any(cursors[q] < ranges[q][1] for q in queues):
-            for q in queues:
-                off, end = cursors[q], ranges[q][1]
-                if off < end:
-                    # A pull stops at the end of a ConsumeQueue file (as in
-                    # RocketMQ): no planned pull may span one.
-                    n = min(max_msgs, end - off, CQ_UNITS - off % CQ_UNITS)
-                    per_conn[slot].append(bl.pull_frame(topic, q, off, opaque, n))
-                    opaque += 1
-                    cursors[q] = off + n
-    plans = [[f for f in per_conn[p * conns : (p + 1) * conns] if f] for p in range(procs)]
-    plans = [p for p in plans if p]
-    expected = sum(end - start for start, end in ranges.values())
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(len(plans)) as pool:
-        t_start = time.monotonic() + 0.3 + 0.2 * len(plans)
-        pending = pool.map_async(
-            _pull_child, [(srv.broker, plan, window, t_start) for plan in plans]
-        )
-        time.sleep(max(0.0, t_start - time.monotonic()))
-        cpu0 = srv.cpu_s()
-        results = pending.get(timeout=900)
-        cpu1 = srv.cpu_s()
-    secs = max(r["t_end"] for r in results) - t_start
-    msgs = sum(r["msgs"] for r in results)
-    return {
-        "msgs": msgs,
-        "expected": expected,
-        "secs": secs,
-        "msgs_per_s": msgs / secs,
-        "MBps": msgs * BODY_LEN / secs / 1e6,
-        "bad": sum(r["bad"] for r in results),
-        "pulls": sum(r["pulls"] for r in results),
-        "server_cpu_util": (cpu1 - cpu0) / secs,
-        "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, msgs) * 1e6,
-        "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / secs,
-    }
 
 
 # -- the store on disk ----------------------------------------------------------------
@@ -608,7 +507,7 @@ class _Run:
         per_q = b.read_msgs // QUEUES
         ranges = {q: (self.cold[q], min(ends[q], self.cold[q] + per_q)) for q in range(QUEUES)}
         ranges = {q: r for q, r in ranges.items() if r[1] > r[0]}
-        old = pull_ranges(self.srv, TOPIC, ranges) if ranges else None
+        old = pl.pull_ranges(self.srv, TOPIC, ranges) if ranges else None
         for q, (_, end) in ranges.items():
             self.cold[q] = end
         settled = settle(self.srv.pid)
@@ -621,7 +520,7 @@ class _Run:
         before = queued(self.srv)
         mem = meminfo_mib()
         vm0 = vmstat()
-        produce = bl.send_load(
+        produce = pl.send_load(
             self.srv, TOPIC, QUEUES, BODY_LEN, 2, 4, 256, b.warmup_s, b.produce_s
         )
         vm_produce = {k: v - vm0.get(k, 0) for k, v in vmstat().items()}
@@ -629,7 +528,7 @@ class _Run:
         per_q = max(
             32, min(b.read_msgs // QUEUES, min(a - s for a, s in zip(after, before, strict=True)))
         )
-        head = pull_ranges(
+        head = pl.pull_ranges(
             self.srv, TOPIC, {q: (max(0, after[q] - per_q), after[q]) for q in range(QUEUES)}
         )
         broker = cl.proc_status(self.srv.pid)

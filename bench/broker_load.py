@@ -12,16 +12,11 @@ Workloads:
   Producer for a fixed time. Throughput is counted at the server
   (GET_MAX_OFFSET summed over the queues) in a window after a warm-up; sync
   sends are counted at the client too.
-- ``send_load``: pre-encoded SEND_MESSAGE (code 10) frames, shaped like the
-  C++ client's (the same extFields, TAGS/KEYS/UNIQ_KEY/WAIT properties, a
-  distinct UNIQ_KEY per frame in a ring of 8,192), pipelined with a window of
-  outstanding requests per connection, over C connections in each of P
-  processes. Only the length prefix and the start of the response header
-  (``{"code":0,``) are looked at.
-- ``preload`` + ``pull_all``: a topic filled with batch sends, then read
-  back with PULL_MESSAGE (maxMsgNums 32, sysFlag 4, subscription ``*``) by
-  pulls issued ahead at known offsets, pipelined over connections and
-  processes; messages are counted by walking the records' TOTALSIZE fields.
+- ``send_load``, ``preload`` + ``pull_all``: pipelined raw frames from
+  several processes (bench.pipelined); the frames they send are built here
+  (``send_ring``, ``pull_frame``: shaped like the C++ client's, the same
+  extFields and TAGS/KEYS/UNIQ_KEY/WAIT properties), and ``preload`` fills a
+  topic with batch sends for the pulls to read.
 - ``latency``: one connection holding a long-poll pull (sysFlag 6,
   suspendTimeoutMillis 15000) on every queue, another sending at a fixed rate
   with the send time in the body; latency = receive time - send time.
@@ -39,7 +34,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import multiprocessing
 import os
 import random
 import shutil
@@ -61,7 +55,7 @@ from pyrmq.remoting.command import FrameDecoder, RemotingCommand, decode_frame
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _U32 = struct.Struct(">I")
-_OK_HEAD = b'{"code":0,'
+OK_HEAD = b'{"code":0,'
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 PRODUCER_GROUP = "GID_BENCH_P"
 CONSUMER_GROUP = "GID_BENCH_C"
@@ -266,145 +260,6 @@ def send_ring(topic: str, queues: int, body_len: int, n: int = 8192) -> tuple[by
     return b"".join(frames), flen
 
 
-# -- pipelined sender ------------------------------------------------------------------
-
-
-class _Sender(asyncio.Protocol):
-    """Keeps `window` SEND_MESSAGE frames outstanding; each response frees a slot."""
-
-    def __init__(self, ring: bytes, flen: int, window: int, start_frame: int) -> None:
-        self.ring = memoryview(ring)
-        self.flen = flen
-        self.frames = len(ring) // flen
-        self.window = window
-        self.pos = start_frame % self.frames
-        self.buf = bytearray()
-        self.ok = 0
-        self.bad = 0
-        self.sending = False
-        self.outstanding = 0
-        self.transport: asyncio.Transport | None = None
-        self.lost = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.lost.done():
-            self.lost.set_result(exc)
-
-    def start(self) -> None:
-        self.sending = True
-        self._send(self.window)
-
-    def _send(self, k: int) -> None:
-        t, ring, flen, frames = self.transport, self.ring, self.flen, self.frames
-        if t is None or t.is_closing():
-            return
-        self.outstanding += k
-        while k:
-            m = min(k, frames - self.pos)
-            t.write(ring[self.pos * flen:(self.pos + m) * flen])
-            self.pos = (self.pos + m) % frames
-            k -= m
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, end, n_ok, n = 0, len(buf), 0, 0
-        while end - pos >= 4:
-            size = int.from_bytes(buf[pos:pos + 4], "big")
-            if end - pos - 4 < size:
-                break
-            if buf[pos + 8:pos + 18] == _OK_HEAD:
-                n_ok += 1
-            n += 1
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        self.ok += n_ok
-        self.bad += n - n_ok
-        self.outstanding -= n
-        if self.sending and n:
-            self._send(n)
-
-
-async def _send_proc(addr: str, ring: bytes, flen: int, conns: int, window: int,
-                     t_start: float, warmup: float, duration: float,
-                     proc_index: int) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    host, _, port = addr.rpartition(":")
-    senders: list[_Sender] = []
-    for c in range(conns):
-        start_frame = (proc_index * conns + c) * 997
-        _, s = await loop.create_connection(
-            lambda sf=start_frame: _Sender(ring, flen, window, sf), host, int(port))
-        senders.append(s)
-    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
-    for s in senders:
-        s.start()
-    await asyncio.sleep(max(0.0, t_start + warmup - time.monotonic()))
-    t0, c0 = time.monotonic(), sum(s.ok for s in senders)
-    cpu0 = time.process_time()
-    await asyncio.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
-    t1, c1 = time.monotonic(), sum(s.ok for s in senders)
-    cpu1 = time.process_time()
-    for s in senders:
-        s.sending = False
-    # Let the outstanding answers arrive (bounded), then close.
-    deadline = time.monotonic() + 10.0
-    while any(s.outstanding for s in senders) and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    for s in senders:
-        if s.transport is not None:
-            s.transport.close()
-    return {"msgs": c1 - c0, "secs": t1 - t0, "total_ok": sum(s.ok for s in senders),
-            "bad": sum(s.bad for s in senders), "gen_cpu_s": cpu1 - cpu0,
-            "unanswered": sum(s.outstanding for s in senders)}
-
-
-def _send_child(args: tuple[Any, ...]) -> dict[str, Any]:
-    return asyncio.run(_send_proc(*args))
-
-
-def send_load(server: Server, topic: str, queues: int, body_len: int, procs: int = 2,
-              conns: int = 4, window: int = 256, warmup: float = 1.0,
-              duration: float = 5.0) -> dict[str, Any]:
-    """Pipelined SEND_MESSAGE from procs x conns connections; code-0
-    responses per second in the window after warmup."""
-    ring, flen = send_ring(topic, queues, body_len)
-    ctx = multiprocessing.get_context("fork")
-    with BlockingClient(server.broker) as c:
-        before = sum(max_offsets(c, topic, queues))
-        with ctx.Pool(procs) as pool:
-            t_start = time.monotonic() + 0.5 + 0.2 * procs
-            jobs = [(server.broker, ring, flen, conns, window, t_start, warmup, duration, i)
-                    for i in range(procs)]
-            pending = pool.map_async(_send_child, jobs)
-            time.sleep(max(0.0, t_start + warmup - time.monotonic()))
-            cpu0, w0 = server.cpu_s(), time.monotonic()
-            time.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
-            cpu1, w1 = server.cpu_s(), time.monotonic()
-            results = pending.get(timeout=warmup + duration + 60)
-        stored = sum(max_offsets(c, topic, queues)) - before
-    msgs = sum(r["msgs"] for r in results)
-    rate = sum(r["msgs"] / r["secs"] for r in results)
-    return {
-        "body_len": body_len, "procs": procs, "conns": conns, "window": window,
-        "frame_bytes": flen, "msgs": msgs, "secs": max(r["secs"] for r in results),
-        "msgs_per_s": rate, "MBps": rate * body_len / 1e6,
-        "wire_MBps": rate * flen / 1e6,
-        "bad": sum(r["bad"] for r in results),
-        "unanswered": sum(r["unanswered"] for r in results),
-        "acked_total": sum(r["total_ok"] for r in results), "stored_total": stored,
-        "server_cpu_s": cpu1 - cpu0, "server_cpu_util": (cpu1 - cpu0) / (w1 - w0),
-        "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
-        "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / (w1 - w0),
-    }
-
-
 # -- preload + pull ------------------------------------------------------------------
 
 
@@ -449,7 +304,7 @@ async def _preload(addr: str, topic: str, queues: int, per_queue: int, body_len:
                 size = int.from_bytes(buf[pos:pos + 4], "big")
                 if end - pos - 4 < size:
                     break
-                if buf[pos + 8:pos + 18] != _OK_HEAD:
+                if buf[pos + 8:pos + 18] != OK_HEAD:
                     state["bad"] += 1
                 n += 1
                 pos += 4 + size
@@ -500,137 +355,6 @@ def pull_frame(topic: str, queue_id: int, offset: int, opaque: int, max_msgs: in
         "subscription": "*", "suspendTimeoutMillis": str(suspend_ms), "sysFlag": str(sysflag),
         "topic": topic,
     }, opaque=opaque, language="CPP", version=63).encode()
-
-
-def count_records(body: bytes | bytearray | memoryview, start: int, end: int) -> int:
-    """Records in data[start:end] by walking TOTALSIZE."""
-    n = 0
-    while start < end:
-        start += int.from_bytes(body[start:start + 4], "big")
-        n += 1
-    return n
-
-
-class _Puller(asyncio.Protocol):
-    def __init__(self, frames: list[bytes], window: int, done: asyncio.Future[None]) -> None:
-        self.frames = frames
-        self.window = window
-        self.next = 0
-        self.answered = 0
-        self.msgs = 0
-        self.bad = 0
-        self.buf = bytearray()
-        self.done = done
-        self.t_end = 0.0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def start(self) -> None:
-        self._send(min(self.window, len(self.frames)))
-        if not self.frames:
-            self.done.set_result(None)
-
-    def _send(self, k: int) -> None:
-        if k > 0 and self.transport is not None:
-            self.transport.write(b"".join(self.frames[self.next:self.next + k]))
-            self.next += k
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, end, n = 0, len(buf), 0
-        while end - pos >= 4:
-            size = int.from_bytes(buf[pos:pos + 4], "big")
-            if end - pos - 4 < size:
-                break
-            if buf[pos + 8:pos + 18] == _OK_HEAD:
-                hlen = int.from_bytes(buf[pos + 5:pos + 8], "big")
-                self.msgs += count_records(buf, pos + 8 + hlen, pos + 4 + size)
-            else:
-                self.bad += 1
-            n += 1
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        self.answered += n
-        self._send(min(n, len(self.frames) - self.next))
-        if self.answered == len(self.frames) and not self.done.done():
-            self.t_end = time.monotonic()
-            self.done.set_result(None)
-
-
-async def _pull_proc(addr: str, topic: str, plan: list[list[tuple[int, int]]], per_queue: int,
-                     max_msgs: int, window: int, t_start: float) -> dict[str, Any]:
-    """plan[c] = the (queue, start offset) ... of connection c: it pulls its
-    queues from 0 to per_queue in steps of max_msgs, interleaved."""
-    loop = asyncio.get_running_loop()
-    host, _, port = addr.rpartition(":")
-    pullers: list[_Puller] = []
-    opaque = 1
-    for queues in plan:
-        frames = []
-        for off in range(0, per_queue, max_msgs):
-            for q, _ in queues:
-                frames.append(pull_frame(topic, q, off, opaque, max_msgs))
-                opaque += 1
-        done = loop.create_future()
-        _, p = await loop.create_connection(
-            lambda f=frames, d=done: _Puller(f, window, d), host, int(port))
-        pullers.append(p)
-    await asyncio.sleep(max(0.0, t_start - time.monotonic()))
-    cpu0 = time.process_time()
-    for p in pullers:
-        p.start()
-    async with asyncio.timeout(300):
-        await asyncio.gather(*(p.done for p in pullers))
-    cpu1 = time.process_time()
-    for p in pullers:
-        if p.transport is not None:
-            p.transport.close()
-    return {"msgs": sum(p.msgs for p in pullers), "bad": sum(p.bad for p in pullers),
-            "pulls": sum(len(p.frames) for p in pullers),
-            "t_end": max(p.t_end for p in pullers), "gen_cpu_s": cpu1 - cpu0}
-
-
-def _pull_child(args: tuple[Any, ...]) -> dict[str, Any]:
-    return asyncio.run(_pull_proc(*args))
-
-
-def pull_all(server: Server, topic: str, queues: int, per_queue: int, procs: int = 2,
-             conns: int = 4, window: int = 64, max_msgs: int = 32) -> dict[str, Any]:
-    """Read every message of topic (per_queue in each queue) with pipelined
-    PULL_MESSAGE; returns messages/s from the common start to the last answer."""
-    slots = procs * conns
-    assign: list[list[tuple[int, int]]] = [[] for _ in range(slots)]
-    for q in range(queues):
-        assign[q % slots].append((q, 0))
-    plans = [assign[p * conns:(p + 1) * conns] for p in range(procs)]
-    plans = [[c for c in plan if c] for plan in plans]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(procs) as pool:
-        t_start = time.monotonic() + 1.0 + 0.3 * procs
-        pending = pool.map_async(_pull_child, [
-            (server.broker, topic, plan, per_queue, max_msgs, window, t_start)
-            for plan in plans])
-        time.sleep(max(0.0, t_start - time.monotonic()))
-        cpu0 = server.cpu_s()
-        results = pending.get(timeout=400)
-        cpu1 = server.cpu_s()
-    t_end = max(r["t_end"] for r in results)
-    secs = t_end - t_start
-    msgs = sum(r["msgs"] for r in results)
-    return {
-        "msgs": msgs, "expected": queues * per_queue, "secs": secs, "msgs_per_s": msgs / secs,
-        "bad": sum(r["bad"] for r in results), "pulls": sum(r["pulls"] for r in results),
-        "procs": procs, "conns": conns, "window": window, "max_msgs": max_msgs,
-        "queues": queues, "server_cpu_s": cpu1 - cpu0,
-        "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, msgs) * 1e6,
-        "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / secs,
-    }
 
 
 # -- produce-to-consume latency --------------------------------------------------------
@@ -1027,15 +751,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "cpp-consume":
         _cpp_consume_child(args)
         return 0
+    from bench import pipelined  # which builds on this module
+
     srv = Server("external", args.addr, args.addr, args.pid, None, "")  # type: ignore[arg-type]
     if args.cmd == "send":
         create_topic(args.addr, args.topic, args.queues)
-        res = send_load(srv, args.topic, args.queues, args.body, args.procs, args.conns,
+        res = pipelined.send_load(srv, args.topic, args.queues, args.body, args.procs, args.conns,
                         args.window, duration=args.seconds)
     elif args.cmd == "pull":
         per_queue = args.messages // args.queues
         pre = preload(srv, args.topic, args.queues, per_queue, args.body)
-        res = {"preload": pre, **pull_all(srv, args.topic, args.queues, per_queue,
+        res = {"preload": pre, **pipelined.pull_all(srv, args.topic, args.queues, per_queue,
                                          args.procs, args.conns, min(args.window, 64))}
     else:
         res = latency(srv, args.topic, min(args.queues, 4), args.rate, 1.0, args.seconds,

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from bench import broker_load as bl
 from bench import limits
+from bench import pipelined as pl
 from bench.store_report import _T0, Row, _met, _n, describe_machine, log, render
 
 T = TypeVar("T")
@@ -163,7 +164,7 @@ def run_send(b: Budget, srv: bl.Server, flush: str, cases: list[tuple[int, str]]
         runs = []
         for _ in range(b.repeat):
             what = f"SEND_MESSAGE {tag} {flush} {body_len} B {procs}x{conns}x{window}"
-            r = isolated("b", what, bl.send_load, srv, topic, 8, body_len, procs, conns,
+            r = isolated("b", what, pl.send_load, srv, topic, 8, body_len, procs, conns,
                          window, b.send_warmup_s, b.send_s)
             if r is None:
                 continue
@@ -192,7 +193,7 @@ def run_pull(b: Budget, root: str) -> dict[str, Any]:
             f"batches of {pre['batch']})")
         runs = []
         for _ in range(b.repeat + 1):
-            r = bl.pull_all(srv, "BenchPull", queues, per_queue)
+            r = pl.pull_all(srv, "BenchPull", queues, per_queue)
             log(f"pull: {_n(r['msgs_per_s'])} msg/s ({r['msgs']:,} in {r['secs']:.3f} s, "
                 f"{r['pulls']:,} pulls); server {r['server_cpu_us_per_msg']:.2f} µs CPU/msg")
             if r["msgs"] != r["expected"] or r["bad"]:

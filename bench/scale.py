@@ -53,20 +53,20 @@ import collections
 import dataclasses
 import functools
 import json
-import multiprocessing
 import os
 import pathlib
 import shutil
 import socket
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
+from bench._children import LoadProcesses
 from pyrmq.testing.cluster import ProcessCluster
 
 TOPIC = "BenchScale"
@@ -186,9 +186,9 @@ async def _load(
     flen: int,
     window: int,
     first_conn: int,
-    barrier: Any,
     warmup: float,
     duration: float,
+    ready: Callable[[], float],
 ) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     stats = _Stats()
@@ -211,8 +211,7 @@ async def _load(
             for _, proto in await asyncio.gather(*batch):
                 conns.append((addr, proto))
     connect_s = time.monotonic() - t0
-    barrier.wait(120)  # everybody is connected
-    t_start = time.monotonic()
+    t_start = ready()  # everybody is connected
     for _, p in conns:
         p.start()
     await asyncio.sleep(max(0.0, t_start + warmup - time.monotonic()))
@@ -246,15 +245,6 @@ async def _load(
     }
 
 
-def _load_child(args: tuple[Any, ...], results: Any) -> None:
-    try:
-        results.put(asyncio.run(_load(*args)))
-    except BaseException as e:  # reported to the parent, which raises
-        args[5].abort()  # the barrier: nobody waits for this process
-        results.put({"error": repr(e)})
-        raise
-
-
 def _pct(xs: list[float], p: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1e3, 3) if xs else None
 
@@ -272,40 +262,20 @@ def load(
         plan = plans[g % procs]
         plan[addr] = plan.get(addr, 0) + 1
     plans = [p for p in plans if p]
-    ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(len(plans) + 1)
-    results = ctx.Queue()
-    before = _stored(brokers)
-    children = []
+    jobs = []
     first = 0
     for plan in plans:
-        args = (list(plan.items()), ring, flen, window, first, barrier, warmup, duration)
+        jobs.append((list(plan.items()), ring, flen, window, first, warmup, duration))
         first += sum(plan.values())
-        p = ctx.Process(target=_load_child, args=(args, results), daemon=True)
-        p.start()
-        children.append(p)
-    try:
-        try:
-            barrier.wait(180)
-        except threading.BrokenBarrierError:
-            errors = [results.get(timeout=10).get("error") for p in children if not p.is_alive()]
-            raise RuntimeError(f"load processes failed before the start: {errors}") from None
-        t_start = time.monotonic()
+    before = _stored(brokers)
+    with LoadProcesses(_load, jobs) as kids:
+        t_start = kids.start()
         time.sleep(max(0.0, t_start + warmup - time.monotonic()))
         cpu0, w0 = [b.cpu_s() for b in brokers], time.monotonic()
         time.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
         cpu1, w1 = [b.cpu_s() for b in brokers], time.monotonic()
         status = [cl.proc_status(b.pid) for b in brokers]
-        outs = [results.get(timeout=warmup + duration + 120) for _ in children]
-    finally:
-        for p in children:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-    errors = [o["error"] for o in outs if "error" in o]
-    if errors:
-        raise RuntimeError(f"load process failed: {errors}")
+        outs = kids.results(timeout=120)
     stored = _stored(brokers) - before
     lat = sorted(x for o in outs for x in array.array("d", o["lat"]))
     secs = max(o["secs"] for o in outs)

@@ -8,6 +8,8 @@ otherwise outlive the run, holding ports and CPU on a shared machine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 from collections.abc import Iterator
 
@@ -36,8 +38,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
+def _default_sigterm() -> None:
+    with contextlib.suppress(ValueError):  # forked by a thread other than the main one
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
+    # A process the tests fork is not the test run: SIGTERM ends it as by
+    # default. (A Python-level handler runs only between bytecodes of the
+    # main thread, so a child blocked in C would outlive its SIGTERM.)
+    os.register_at_fork(after_in_child=_default_sigterm)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

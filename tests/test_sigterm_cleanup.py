@@ -78,3 +78,34 @@ def test_sigterm_to_a_test_run_ends_the_servers_it_started(tmp_path: pathlib.Pat
             run.wait(10)
         if server is not None and _alive(server):
             os.kill(server, signal.SIGKILL)
+
+
+def test_a_process_the_tests_fork_dies_of_sigterm() -> None:
+    """Only the test run turns SIGTERM into an interrupt: a forked child
+    (a benchmark's load process) ends as by default, also while blocked."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: say it runs, then block until killed
+        try:
+            os.close(r)
+            os.write(w, b"x")
+            time.sleep(60)
+        finally:
+            os._exit(3)  # reached only if SIGTERM raised in the child
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"x"
+        os.kill(pid, signal.SIGTERM)
+        status = None
+        for _ in range(300):  # 30 s at most
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child outlived SIGTERM by 30 s")
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    finally:
+        os.close(r)
