@@ -246,6 +246,33 @@ def iter_cq_units(data, long long first_index=0):
         pos += RMQ_CQ_STORE_UNIT_SIZE
 
 
+def record_with_topic(record, topic, int queue_id) -> bytes:
+    """A copy of one stored record (as VIEW_MESSAGE_BY_ID returns it) under
+    another topic and queue id: TOTALSIZE, QUEUEID and the topic field
+    rewritten, every other byte as stored. A transaction check-back shows
+    the producer its half message under the real topic this way (Java's
+    MessageDecoder.encode of the message with topic and queue set back)."""
+    cdef const unsigned char[::1] mv = record
+    cdef rmq_record_view_t v
+    cdef bytes t = _as_bytes(topic)
+    if mv.shape[0] == 0:
+        raise CorruptStoreError("record_with_topic: empty record", RMQ_ECORRUPT)
+    _raise_for(rmq_record_decode(&mv[0], mv.shape[0], &v), "record_with_topic")
+    _raise_for(rmq_validate_topic(<const uint8_t *>t, len(t)), f"topic {topic!r}")
+    cdef Py_ssize_t head = <Py_ssize_t>(v.topic - &mv[0]) - 1  # up to TOPICLEN
+    cdef Py_ssize_t tail = v.total_size - (<Py_ssize_t>(v.topic - &mv[0]) + v.topic_len)
+    cdef Py_ssize_t size = head + 1 + len(t) + tail
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef unsigned char *o = <unsigned char *>PyBytes_AS_STRING(out)
+    memcpy(o, &mv[0], head)
+    o[head] = <unsigned char>len(t)
+    memcpy(o + head + 1, <const char *>t, len(t))
+    memcpy(o + head + 1 + len(t), v.topic + v.topic_len, tail)
+    _put_be32(o, <uint32_t>size)
+    _put_be32(o + 12, <uint32_t>queue_id)
+    return out
+
+
 def record_size(int body_len, int topic_len, int props_len, int born_host_len=8,
                 int store_host_len=8) -> int:
     return rmq_record_size(body_len, topic_len, props_len, born_host_len, store_host_len)
