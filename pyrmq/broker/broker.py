@@ -24,6 +24,11 @@ from pyrmq.broker.processor.send import SendMessageProcessor
 from pyrmq.broker.registration import BrokerOuterAPI
 from pyrmq.broker.schedule import ScheduleMessageService
 from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.broker.transaction import (
+    EndTransactionProcessor,
+    TransactionalMessageCheckService,
+    TransactionalMessageService,
+)
 from pyrmq.common.errors import ClientError
 from pyrmq.remoting import (
     RemotingClient,
@@ -138,6 +143,15 @@ class Broker:
         self.consumers = ConsumerManager(self._notify_consumer_ids_changed, channel_idle)
         self.producers = ProducerManager(channel_idle)
         self.locks = RebalanceLockManager(cfg.rebalance_lock_max_live_time_ms / 1000)
+        self.transactions = TransactionalMessageService(store, self.topics, self.offsets)
+        self.transaction_check = TransactionalMessageCheckService(
+            self.transactions,
+            self.producers,
+            timeout_ms=cfg.transaction_time_out,
+            check_max=cfg.transaction_check_max,
+            check_interval_ms=cfg.transaction_check_interval,
+        )
+        self.end_transaction = EndTransactionProcessor(self.transactions, slave=self.roles.slave)
         self.send_processor = SendMessageProcessor(
             store,
             self.topics,
@@ -150,6 +164,7 @@ class Broker:
             fast_failure=cfg.broker_fast_failure_enable,
             broker_role="SLAVE" if self.roles.slave else cfg.broker_role,
             ha=self.ha,
+            transactions=None if cfg.reject_transaction_message else self.transactions,
         )
         self.pull_processor = PullMessageProcessor(
             store,
@@ -205,6 +220,7 @@ class Broker:
         ):
             server.register(code, sp.process_send)
         server.register(RequestCode.CONSUMER_SEND_MSG_BACK, sp.process_send_back)
+        server.register(RequestCode.END_TRANSACTION, self.end_transaction.process)
         server.register(RequestCode.PULL_MESSAGE, self.pull_processor.process)
         server.register(RequestCode.HEART_BEAT, cm.heart_beat)
         server.register(RequestCode.UNREGISTER_CLIENT, cm.unregister_client)
@@ -247,6 +263,7 @@ class Broker:
             self.schedule.load_offsets()
         else:
             await self.schedule.start()
+            await self.start_transactions()
         await server.start(sock=sock)
         await self.topics.persist()
         log.info(
@@ -280,6 +297,19 @@ class Broker:
                 self._every(10.0, self._scan_clients), name="pyrmq:broker:scan-clients"
             ),
         ]
+
+    async def start_transactions(self) -> None:
+        """A master serves transactions: what is pending is rebuilt from the
+        half and op queues, and the check-back runs."""
+        self.end_transaction.slave = False
+        await self.transactions.start()
+        self.transaction_check.start()
+
+    async def stop_transactions(self) -> None:
+        """A slave leaves them to its master."""
+        self.end_transaction.slave = True
+        await self.transaction_check.shutdown()
+        self.transactions.stop()
 
     async def _persist_offsets(self) -> None:
         await self.offsets.persist()
@@ -370,6 +400,7 @@ class Broker:
             "flushedOffset": store.flushed_offset,
             "heldPulls": self.pull_processor.held_count,
             "scheduleMessageDelivered": self.schedule.delivered,
+            **self.transaction_check.status(),
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
@@ -396,6 +427,8 @@ class Broker:
             await self.server.shutdown()
         if hasattr(self, "schedule"):
             await self.schedule.shutdown()
+            await self.transaction_check.shutdown()
+            self.transactions.stop()
         if hasattr(self, "offsets"):
             self.offsets.persist_now()
             self.topics.persist_now()

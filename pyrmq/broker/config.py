@@ -120,6 +120,14 @@ class BrokerConfig:
     #: has it (true) or inSyncReplicas replicas, the master included, do
     all_ack_in_sync_state_set: bool = False
     in_sync_replicas: int = 1
+    #: transactions: a half message unresolved this long (ms since it was
+    #: born) is asked about, every transactionCheckInterval ms, at most
+    #: transactionCheckMax times, then given up on
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
+    #: refuse half messages (NO_PERMISSION), as RocketMQ's switch
+    reject_transaction_message: bool = False
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")

@@ -319,25 +319,48 @@ def test_forbidden_topics_no_permission(arun, tmp_path):
     arun(main())
 
 
-def test_half_messages_are_refused_until_transactions_are_served(arun, tmp_path):
+def test_half_messages_go_to_the_half_topic_unseen(arun, tmp_path):
     """A transaction's half message (sysFlag TRANSACTION_PREPARED or the
-    TRAN_MSG property) is answered NO_PERMISSION, as RocketMQ answers with
-    rejectTransactionMessage=true, and nothing is stored: stored as an
-    ordinary prepared record it would be invisible for ever."""
+    TRAN_MSG property) is stored in RMQ_SYS_TRANS_HALF_TOPIC, not in the
+    queue it names; the answer names that queue and the half queue offset.
+    TRAN_MSG=false is an ordinary message."""
 
     async def main() -> None:
         async with cluster(tmp_path) as (c, cl):
             await send_ok(cl, c.broker_addr, "TxT", b"plain", 0)
-            for sysflag, p in (
-                (4, ""),
-                (0, props(TRAN_MSG="true", PGROUP="PG")),
-                (4, props(TRAN_MSG="TRUE")),
+            for i, (sysflag, p) in enumerate(
+                (
+                    (4, props(PGROUP="PG")),
+                    (0, props(TRAN_MSG="true", PGROUP="PG")),
+                    (4, props(TRAN_MSG="TRUE", PGROUP="PG")),
+                )
             ):
-                r = await send(cl, c.broker_addr, "TxT", b"half", 0, p, sysflag=sysflag)
-                assert r.code == R.NO_PERMISSION and "transaction" in r.remark, (sysflag, p, r)
+                r = await send(cl, c.broker_addr, "TxT", b"half", 2, p, sysflag=sysflag)
+                assert r.code == R.SUCCESS, (sysflag, p, r)
+                assert r.ext_fields["queueId"] == "2" and r.ext_fields["queueOffset"] == str(i)
             r = await send(cl, c.broker_addr, "TxT", b"x", 0, props(TRAN_MSG="false"))
             assert r.code == R.SUCCESS, r
             assert await max_offset(cl, c.broker_addr, "TxT", 0) == 2
+            assert await max_offset(cl, c.broker_addr, "TxT", 2) == 0
+            half = await pull_all(cl, c.broker_addr, "RMQ_SYS_TRANS_HALF_TOPIC", 0)
+            assert [m["body"] for m in half] == [b"half"] * 3
+            stored = rmqcore.decode_properties(half[0]["properties"])
+            assert stored["REAL_TOPIC"] == "TxT" and stored["REAL_QID"] == "2"
+            assert half[0]["sys_flag"] & 0xC == 0  # the half queue indexes it
+
+    arun(main())
+
+
+def test_half_messages_are_refused_with_reject_transaction_message(arun, tmp_path):
+    """rejectTransactionMessage=true: NO_PERMISSION, nothing stored."""
+
+    async def main() -> None:
+        async with cluster(tmp_path, reject_transaction_message=True) as (c, cl):
+            await send_ok(cl, c.broker_addr, "TxT", b"plain", 0)
+            r = await send(cl, c.broker_addr, "TxT", b"half", 0, props(TRAN_MSG="true"))
+            assert r.code == R.NO_PERMISSION and "transaction" in r.remark, r
+            assert await max_offset(cl, c.broker_addr, "TxT", 0) == 1
+            assert await max_offset(cl, c.broker_addr, "RMQ_SYS_TRANS_HALF_TOPIC", 0) == 0
 
     arun(main())
 

@@ -164,6 +164,8 @@ class BrokerRoles:
         ha.on_confirm = b.pull_processor.wake_all
         if not b.schedule.running:
             await b.schedule.start()
+        if not b.transactions.started:
+            await b.start_transactions()
         # topics the old master created too shortly before it died for the
         # metadata sync to bring them: routed again, with their messages
         root = b.store_config.store_path_root_dir
@@ -184,6 +186,7 @@ class BrokerRoles:
         b.pull_processor.confirm_limit = None
         if b.schedule.running:
             await b.schedule.shutdown()
+        await b.stop_transactions()
         if self.ha is not None:
             await self.ha.shutdown()
             self.ha = None

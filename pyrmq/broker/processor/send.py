@@ -21,6 +21,7 @@ from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
+from pyrmq.broker.transaction.service import HalfMessage, TransactionalMessageService
 from pyrmq.common.errors import (
     BrokerSystemError,
     DiskFullError,
@@ -37,6 +38,7 @@ from pyrmq.common.topics import (
     SCHEDULE_TOPIC,
     TBW102,
     dlq_topic,
+    is_system_topic,
     retry_topic,
 )
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -121,6 +123,7 @@ class SendMessageProcessor:
         fast_failure: bool = True,
         broker_role: str = "ASYNC_MASTER",
         ha: HAService | None = None,
+        transactions: TransactionalMessageService | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -140,6 +143,8 @@ class SendMessageProcessor:
         self._slave = broker_role == "SLAVE"
         self._ha = ha if broker_role == "SYNC_MASTER" else None
         self._inflater: ThreadPoolExecutor | None = None
+        #: half messages go here (None: refused, rejectTransactionMessage)
+        self.transactions = transactions
         #: sends answered SYSTEM_BUSY (runtime info, tests)
         self.busy_refusals = 0
         #: oneway sends taken while the disk lagged, their connection held
@@ -170,6 +175,12 @@ class SendMessageProcessor:
         topic = f.get("topic")
         if not topic:
             raise MessageIllegalError("the request header lacks topic")
+        props = f.get("properties", "")
+        half = _is_half_message(_int(f, "sysFlag", 0), props)
+        if half and is_system_topic(topic):
+            raise NoPermissionError(
+                f"a transactional message cannot be sent to the system topic {topic}"
+            )
         tc = self._topic_for_send(topic, f)
         g = f.get
         try:
@@ -196,7 +207,6 @@ class SendMessageProcessor:
             raise BrokerSystemError(
                 f"request queueId[{queue_id}] is illegal, topic {topic} has {tc.queue_nums} queues"
             )
-        props = g("properties", "")
         body = cmd.body
         if len(body) > self.max_message_size and not batch:
             raise MessageIllegalError(
@@ -204,14 +214,8 @@ class SendMessageProcessor:
             )
         if batch:
             return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props)
-        if _is_half_message(sysflag, props):
-            # RocketMQ's answer with rejectTransactionMessage=true: stored as
-            # an ordinary prepared record it would be invisible for ever
-            raise NoPermissionError(
-                "the broker sending transaction message is forbidden: this pyrmq broker does "
-                "not serve transactional messages yet (no END_TRANSACTION); send without "
-                "TRAN_MSG"
-            )
+        if half:
+            return self._send_half(conn, cmd, f, topic, queue_id, sysflag, born_ts, props)
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
@@ -236,6 +240,74 @@ class SendMessageProcessor:
                 reconsume_times=reconsume,
             )
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
+
+    def _send_half(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        f: dict[str, str],
+        topic: str,
+        queue_id: int,
+        sysflag: int,
+        born_ts: int,
+        props: str,
+    ) -> HandlerResult:
+        """A transaction's half message (TransactionalMessageService); the
+        answer names the real queue and the half queue offset, which
+        END_TRANSACTION brings back as tranStateTableOffset."""
+        if self.transactions is None:
+            raise NoPermissionError(
+                "the broker sending transaction message is forbidden (rejectTransactionMessage)"
+            )
+        p = rmqcore.decode_properties(props)
+        p.pop("DELAY", None)  # a half message is not delayed (RocketMQ's clients drop it)
+        group = p.get("PGROUP") or f.get("producerGroup", "")
+        if not group:
+            raise MessageIllegalError("a transactional message needs its producer group (PGROUP)")
+        sent = self.transactions.pending_half(group, p.get("UNIQ_KEY", ""))
+        if sent is not None:
+            return self._answer_sent_half(cmd, sent, queue_id)
+        with _STORE_ERRORS:
+            r = self.transactions.prepare(
+                topic,
+                queue_id,
+                cmd.body,
+                p,
+                group=group,
+                flag=_int(f, "flag", 0),
+                sysflag=sysflag,
+                born_timestamp=born_ts,
+                born_host=born_host_of(conn),
+                reconsume_times=_int(f, "reconsumeTimes", 0),
+            )
+        return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
+
+    def _answer_sent_half(
+        self, cmd: RemotingCommand, sent: HalfMessage, queue_id: int
+    ) -> HandlerResult:
+        """A half message sent again while its transaction is pending (the
+        producer did not get the first answer): answered with the one stored,
+        once it is durable, not stored twice."""
+        answer = cmd.response(
+            ResponseCode.SUCCESS,
+            {
+                "msgId": self.store.offset_msg_id(sent.commit_log_offset),
+                "queueId": str(queue_id),
+                "queueOffset": str(sent.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+        if cmd.flag & FLAG_ONEWAY:
+            return None
+        if not self._sync:
+            return answer
+
+        async def durable() -> RemotingCommand:
+            await self.store.wait_durable(sent.commit_log_offset + sent.size)
+            return answer
+
+        return durable()
 
     def _refuse_if_busy(self) -> None:
         """Flow control while the disk does not keep up with SYNC_FLUSH,
@@ -358,7 +430,7 @@ class SendMessageProcessor:
             raise MessageIllegalError("batch request does not support retry group topic")
         if "DELAY\x01" in props:
             raise MessageIllegalError("batch messages cannot have a delay level")
-        if sysflag & _TX_MASK:
+        if sysflag & _TX_MASK or _is_half_message(0, props):
             raise MessageIllegalError("batch messages cannot be transactional")
         body = cmd.body
         if not sysflag & SYSFLAG_COMPRESSED:
