@@ -20,7 +20,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "pyrmq.common.errors": ("BrokerError", "ClientError", "RemotingError", "RMQError"),
     "pyrmq.common.message": ("Message", "MessageExt", "MessageQueue"),
-    "pyrmq.common.results": ("PullResult", "PullStatus", "SendResult", "SendStatus"),
+    "pyrmq.common.results": (
+        "LocalTransactionState",
+        "PullResult",
+        "PullStatus",
+        "SendResult",
+        "SendStatus",
+        "TransactionSendResult",
+    ),
     "pyrmq.consumer": (
         "AllocateMachineRoomNearby",
         "AllocateMessageQueueAveragely",
@@ -38,7 +45,13 @@ _EXPORTS = {
         "PullConsumer",
         "PushConsumer",
     ),
-    "pyrmq.producer": ("Producer", "SelectMessageQueueByHash", "SelectMessageQueueByRandom"),
+    "pyrmq.producer": (
+        "Producer",
+        "SelectMessageQueueByHash",
+        "SelectMessageQueueByRandom",
+        "TransactionListener",
+        "TransactionProducer",
+    ),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = [
@@ -56,6 +69,7 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOrderlyContext",
     "ConsumeOrderlyStatus",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -71,6 +85,9 @@ __all__ = [
     "SelectMessageQueueByRandom",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]
 
 
@@ -90,7 +107,14 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError
     from pyrmq.common.message import Message, MessageExt, MessageQueue
-    from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus
+    from pyrmq.common.results import (
+        LocalTransactionState,
+        PullResult,
+        PullStatus,
+        SendResult,
+        SendStatus,
+        TransactionSendResult,
+    )
     from pyrmq.consumer import (
         AllocateMachineRoomNearby,
         AllocateMessageQueueAveragely,
@@ -108,4 +132,10 @@ if TYPE_CHECKING:
         PullConsumer,
         PushConsumer,
     )
-    from pyrmq.producer import Producer, SelectMessageQueueByHash, SelectMessageQueueByRandom
+    from pyrmq.producer import (
+        Producer,
+        SelectMessageQueueByHash,
+        SelectMessageQueueByRandom,
+        TransactionListener,
+        TransactionProducer,
+    )

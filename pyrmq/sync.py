@@ -25,15 +25,21 @@ from typing import Any, TypeVar
 
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import Message, MessageExt, MessageQueue
-from pyrmq.common.results import SendResult
+from pyrmq.common.results import (
+    LocalTransactionState,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+)
 from pyrmq.consumer import pull_consumer as _pull
 from pyrmq.consumer import push_consumer as _push
 from pyrmq.producer import producer as _producer
+from pyrmq.producer import transaction as _tx
 from pyrmq.producer.selector import MessageQueueSelector
 
 T = TypeVar("T")
 
-__all__ = ["Producer", "PullConsumer", "PushConsumer", "run", "submit"]
+__all__ = ["Producer", "PullConsumer", "PushConsumer", "TransactionProducer", "run", "submit"]
 
 
 class _LoopThread:
@@ -242,6 +248,59 @@ class Producer(_Facade):
 
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._run(self._obj.fetch_publish_message_queues(topic))
+
+
+class _ChecksInThreads:
+    """The async producer's listener over a blocking one: a check runs in a
+    worker thread of the loop's executor, never on the loop."""
+
+    def __init__(self, listener: _tx.TransactionListener) -> None:
+        self.listener = listener
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        raise AssertionError("the facade runs execute_local_transaction itself")
+
+    async def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        return await asyncio.to_thread(self.listener.check_local_transaction, msg)  # type: ignore[arg-type]
+
+
+class TransactionProducer(Producer):
+    """Blocking pyrmq.TransactionProducer. The listener's methods are plain
+    functions: execute_local_transaction runs in the thread that called
+    send_message_in_transaction (its database connection, its thread-local
+    state), check_local_transaction in a worker thread."""
+
+    def __init__(
+        self,
+        producer_group: str,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        transaction_listener: _tx.TransactionListener,
+        **kwargs: Any,
+    ) -> None:
+        self._pid = os.getpid()
+        self.transaction_listener = transaction_listener
+        checks = _ChecksInThreads(transaction_listener)
+        self._obj: _tx.TransactionProducer = _make(
+            lambda: _tx.TransactionProducer(
+                producer_group, namesrv_addr, transaction_listener=checks, **kwargs
+            )
+        )
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        result = self._run(self._obj.send_half_message(msg))
+        remark = ""
+        if result.send_status is SendStatus.SEND_OK:
+            state, remark = _tx.listener_state_blocking(
+                self.transaction_listener.execute_local_transaction,
+                msg,
+                arg,
+                what="execute_local_transaction",
+            )
+        else:
+            state = LocalTransactionState.ROLLBACK_MESSAGE
+        self._run(self._obj.end_transaction_or_log(result, state, remark))
+        return _tx.transaction_result(result, state)
 
 
 class PushConsumer(_Facade):

@@ -89,6 +89,8 @@ class ClientInstance:
         self.consumer_data: Callable[[], list[dict[str, Any]]] | None = None
         #: broker -> client requests: code -> handler(cmd) -> answer or None
         self.request_handlers: dict[int, Callable[[RemotingCommand], Any]] = {}
+        #: the same for handlers that answer on the request's connection
+        self.conn_request_handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
         #: topic -> the answer of its route lookup on the way, shared by
@@ -311,6 +313,9 @@ class ClientInstance:
     # -- requests from brokers ---------------------------------------------------------
 
     def _on_request(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        conn_handler = self.conn_request_handlers.get(cmd.code)
+        if conn_handler is not None:
+            return conn_handler(conn, cmd)
         handler = self.request_handlers.get(cmd.code)
         if handler is None:
             if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:

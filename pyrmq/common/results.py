@@ -44,6 +44,23 @@ class SendResult:
         return self.send_status is SendStatus.SEND_OK
 
 
+class LocalTransactionState(enum.Enum):
+    """A transaction listener's answer (RocketMQ's spelling, UNKNOW
+    included); the value is END_TRANSACTION's commitOrRollback."""
+
+    COMMIT_MESSAGE = 8
+    ROLLBACK_MESSAGE = 12
+    UNKNOW = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSendResult(SendResult):
+    """The answer to send_message_in_transaction: the half message's send
+    result and what the local transaction said."""
+
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+
+
 @dataclass(slots=True)
 class PullResult:
     """The answer to one pull (PullResult). `msg_found_list` is empty unless

@@ -7,6 +7,7 @@ from pyrmq.producer.selector import (
     SelectMessageQueueByHash,
     SelectMessageQueueByRandom,
 )
+from pyrmq.producer.transaction import TransactionListener, TransactionProducer
 
 __all__ = [
     "LatencyFaultTolerance",
@@ -16,4 +17,6 @@ __all__ = [
     "SelectMessageQueueByHash",
     "SelectMessageQueueByRandom",
     "SendCallback",
+    "TransactionListener",
+    "TransactionProducer",
 ]

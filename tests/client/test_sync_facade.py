@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 
-from pyrmq import ClientError, ConsumeFromWhere, Message, MessageExt, SendStatus
+from pyrmq import (
+    ClientError,
+    ConsumeFromWhere,
+    LocalTransactionState,
+    Message,
+    MessageExt,
+    SendStatus,
+)
 from pyrmq import sync as rmq_sync
 from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 
@@ -33,7 +40,9 @@ READY_TIMEOUT = 30.0
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = StandaloneProcess(tmp_path_factory.mktemp("sync-standalone"), SMALL_STORE)
+    # transactions checked every 200 ms, 300 ms after they were born
+    conf = {**SMALL_STORE, "transactionCheckInterval": 200, "transactionTimeOut": 300}
+    srv = StandaloneProcess(tmp_path_factory.mktemp("sync-standalone"), conf)
     srv.start()
     try:
         yield srv.namesrv
@@ -70,6 +79,48 @@ def poll_until(pc: rmq_sync.PullConsumer, n: int, timeout: float = 15.0) -> list
 
 
 # -- plain threads ---------------------------------------------------------------------------
+
+
+def test_blocking_transaction_producer(namesrv):
+    """execute_local_transaction runs in the caller's thread, the check in a
+    worker thread (never the loop's); a commit, a rollback, and an unknown
+    outcome a check then commits: only the committed two are consumed."""
+    topic = "SyncTxT"
+    caller = threading.get_ident()
+    threads: dict[str, set[str]] = {"execute": set(), "check": set()}
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+            threads["execute"].add(threading.current_thread().name)
+            assert threading.get_ident() == caller
+            return arg
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            threads["check"].add(threading.current_thread().name)
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    with rmq_sync.Producer("sync-tx-setup", namesrv) as setup:
+        setup.send(Message(topic, b"first"))
+        wait_routed(setup, topic)
+    with rmq_sync.TransactionProducer(
+        "sync-tx", namesrv, transaction_listener=Listener()
+    ) as producer:
+        states = [
+            LocalTransactionState.COMMIT_MESSAGE,
+            LocalTransactionState.ROLLBACK_MESSAGE,
+            LocalTransactionState.UNKNOW,
+        ]
+        for i, state in enumerate(states):
+            r = producer.send_message_in_transaction(Message(topic, f"tx{i}".encode()), state)
+            assert r.send_status is SendStatus.SEND_OK and r.local_transaction_state is state
+        pull = rmq_sync.PullConsumer("sync-tx-reader", namesrv, consume_from_where=FIRST)
+        pull.subscribe(topic)
+        with pull:
+            got = sorted(m.body for m in poll_until(pull, 3))
+            assert pull.poll(1.0) == []
+    assert got == [b"first", b"tx0", b"tx2"]
+    assert threads["execute"] == {threading.current_thread().name}
+    assert threads["check"] and "pyrmq-loop" not in threads["check"], threads
 
 
 def test_producer_and_consumers_from_plain_threads(namesrv):

@@ -10,7 +10,7 @@ import pytest
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
 from tests.chaos._net_ns import NetNs
-from tests.chaos.conftest import long_mode  # noqa: F401
+from tests.chaos.conftest import long_mode, report  # noqa: F401
 from tests.integration.conftest import arun  # noqa: F401
 
 #: the controller-mode broker group: its brokerName and its brokers' names
