@@ -140,10 +140,11 @@ def add_arguments(sub: Any) -> None:
     )
     pr.add_argument(
         "--mode",
-        choices=("sync", "async", "oneway"),
+        choices=("sync", "async", "oneway", "transaction"),
         default="sync",
         help="sync: each coroutine awaits its send; async: send_async, callbacks; "
-        "oneway: no answer asked (sync)",
+        "oneway: no answer asked; transaction: send_message_in_transaction, every local "
+        "transaction committing (RT: half message to END_TRANSACTION) (sync)",
     )
     pr.add_argument("--processes", type=_positive, default=1, help="producer processes (1)")
 
@@ -195,8 +196,8 @@ def _check(args: argparse.Namespace) -> None:
     """Option combinations argparse cannot check; ValueError for a bad one."""
     cmd = args.bench_cmd
     if cmd == "produce":
-        if args.mode == "oneway" and args.batch_size > 1:
-            raise ValueError("--mode oneway sends single messages: leave --batch-size at 1")
+        if args.mode in ("oneway", "transaction") and args.batch_size > 1:
+            raise ValueError(f"--mode {args.mode} sends single messages: leave --batch-size at 1")
         if args.batch_size * args.body_size > MAX_BODY:
             raise ValueError(
                 f"--batch-size x --body-size is {args.batch_size * args.body_size} bytes; "

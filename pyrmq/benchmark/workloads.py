@@ -87,15 +87,30 @@ def _record_send(m: Meter, n: int, size: int, t0: float, result: Any, exc: Any) 
         m.fail(n, f"send status {result.send_status.name}")
 
 
-def _producer(args: argparse.Namespace) -> Producer:
-    from pyrmq.producer import Producer
+class _Commit:
+    """--mode transaction's local transactions: every one commits."""
 
-    return Producer(
-        args.producer_group,
-        args.namesrv_addr,
-        send_msg_timeout=args.timeout,
-        compress_msg_body_over_howmuch=MAX_BODY + 1,
-    )
+    def execute_local_transaction(self, msg: Any, arg: Any) -> Any:
+        from pyrmq.common.results import LocalTransactionState
+
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, msg: Any) -> Any:
+        return self.execute_local_transaction(msg, None)
+
+
+def _producer(args: argparse.Namespace) -> Producer:
+    from pyrmq.producer import Producer, TransactionProducer
+
+    kw: dict[str, Any] = {
+        "send_msg_timeout": args.timeout,
+        "compress_msg_body_over_howmuch": MAX_BODY + 1,
+    }
+    if getattr(args, "mode", None) == "transaction":
+        return TransactionProducer(
+            args.producer_group, args.namesrv_addr, transaction_listener=_Commit(), **kw
+        )
+    return Producer(args.producer_group, args.namesrv_addr, **kw)
 
 
 async def produce(args: argparse.Namespace, run: Run) -> dict[str, Any]:
@@ -127,13 +142,16 @@ async def _send_awaited(
     from pyrmq.common.message import Message
 
     topic, batch, size = args.topic, args.batch_size, len(body)
+    transactional = args.mode == "transaction"
     while not stop.is_set():
         n = budget.take(batch)
         if not n:
             return
         t0 = time.perf_counter()
         try:
-            if batch == 1:
+            if transactional:
+                r = await p.send_message_in_transaction(Message(topic, body))  # type: ignore[attr-defined]
+            elif batch == 1:
                 r = await p.send(Message(topic, body))
             else:
                 r = await p.send_batch([Message(topic, body) for _ in range(n)])
