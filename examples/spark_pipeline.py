@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from pyrmq import sync
-    from pyrmq.admin_api import AdminClient
+    from pyrmq.admin import AdminClient
     from spark_integration import producer_udf
 
     work = pathlib.Path(args.work)

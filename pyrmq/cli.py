@@ -124,7 +124,7 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _add_client_tools(sub: Any) -> None:
-    from pyrmq.admin import add_common, default_namesrv
+    from pyrmq.admin.cli import add_common, default_namesrv
 
     pr = sub.add_parser(
         "produce",
@@ -179,7 +179,7 @@ def _add_client_tools(sub: Any) -> None:
 
 
 def _client_tool(args: argparse.Namespace) -> int:
-    from pyrmq.admin import error_line, quiet_logging
+    from pyrmq.admin.cli import error_line, quiet_logging
 
     with quiet_logging():
         try:
@@ -210,7 +210,7 @@ def _bodies(args: argparse.Namespace) -> Any:
 async def _produce(args: argparse.Namespace) -> int:
     """Blocking stdin reads happen between sends, when the producer has
     nothing in flight."""
-    from pyrmq.admin_api import send_result_as_dict
+    from pyrmq.admin.results import send_result_as_dict
     from pyrmq.common.message import Message
     from pyrmq.producer import Producer
 
@@ -243,8 +243,8 @@ async def _produce(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    from pyrmq.admin import fmt_time
-    from pyrmq.admin_api import message_as_dict
+    from pyrmq.admin.cli import fmt_time
+    from pyrmq.admin.results import message_as_dict
     from pyrmq.common.errors import TopicNotExistError
     from pyrmq.common.message import MessageExt
     from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="not needed: the store's files say; if given, it must match them",
     )
-    from pyrmq import admin, deploy, serve
+    from pyrmq import deploy, serve
+    from pyrmq.admin import cli as admin
     from pyrmq.benchmark import cli as bench_cli
 
     serve.add_arguments(sub)
@@ -400,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(e: BaseException) -> int:
     """A user's mistake (or the machine's): one line on stderr, status 1."""
-    from pyrmq.admin import error_line
+    from pyrmq.admin.cli import error_line
 
     print(error_line(e), file=sys.stderr)
     return 1

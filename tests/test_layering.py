@@ -32,6 +32,14 @@ ALLOWED = {
         "pyrmq.remoting",
         "pyrmq.client",
     },
+    # administration is a client program (STYLE.md section 10): no server imports it
+    "pyrmq.admin": {
+        "pyrmq.common",
+        "pyrmq.remoting",
+        "pyrmq.client",
+        "pyrmq.producer",
+        "pyrmq.consumer",
+    },
     # the benchmark tool is a client program: the client and the admin CLI
     "pyrmq.benchmark": {
         "pyrmq.common",

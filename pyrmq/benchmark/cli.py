@@ -50,7 +50,7 @@ import os
 import sys
 from typing import Any
 
-from pyrmq.admin import default_namesrv, error_line, quiet_logging
+from pyrmq.admin.cli import default_namesrv, error_line, quiet_logging
 from pyrmq.benchmark.report import render, summarize
 from pyrmq.benchmark.runner import run_processes, run_single
 from pyrmq.benchmark.workloads import MAX_BODY, WORKERS

@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Any
 
-from pyrmq.admin import error_line, quiet_logging
+from pyrmq.admin.cli import error_line, quiet_logging
 from pyrmq.benchmark.report import Live, Outcome, progress_of, timeline_row
 from pyrmq.benchmark.stats import Meter, Tally
 from pyrmq.benchmark.workloads import WORKERS, Worker

@@ -1,4 +1,4 @@
-"""AdminClient (pyrmq.admin_api) against an in-process LocalCluster, and the
+"""AdminClient (pyrmq.admin) against an in-process LocalCluster, and the
 `pyrmq admin` / `pyrmq produce` / `pyrmq consume` commands run as
 subprocesses against a `pyrmq standalone` subprocess.
 
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pyrmq.admin_api import AdminClient
+from pyrmq.admin import AdminClient
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import (
     ClientError,

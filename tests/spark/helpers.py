@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq import sync
-from pyrmq.admin_api import AdminClient
+from pyrmq.admin import AdminClient
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.message import MessageExt
 from tests._reading import read_queue

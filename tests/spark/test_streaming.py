@@ -139,7 +139,7 @@ def test_available_now_reads_what_is_there_and_stops(
     assert sum(sizes) == 500 and max(sizes) <= 150 and len(sizes) >= 4
     # offsets committed to the broker for lag monitoring
     from pyrmq import sync
-    from pyrmq.admin_api import AdminClient
+    from pyrmq.admin import AdminClient
 
     async def progress() -> Any:
         async with AdminClient(ns) as admin:

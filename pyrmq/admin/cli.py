@@ -1,4 +1,4 @@
-"""`pyrmq admin`: mqadmin's commands, over pyrmq.admin_api.AdminClient.
+"""`pyrmq admin`: mqadmin's commands, over pyrmq.admin.AdminClient.
 
     pyrmq admin updateTopic -n 127.0.0.1:9876 -c DefaultCluster -t TopicTest -r 4 -w 4
     pyrmq admin topicStatus -n 127.0.0.1:9876 -t TopicTest
@@ -28,12 +28,8 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from pyrmq.admin_api import (
-    AdminClient,
-    as_json,
-    message_as_dict,
-    send_result_as_dict,
-)
+from pyrmq.admin.client import AdminClient
+from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
 from pyrmq.common.message import MessageExt
 
