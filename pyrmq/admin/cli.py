@@ -272,6 +272,28 @@ async def _broker_status(admin: AdminClient, a: argparse.Namespace) -> Output:
     return Output(data, "\n".join(lines))
 
 
+async def _pending_transactions(admin: AdminClient, a: argparse.Namespace) -> Output:
+    found = await admin.pending_transactions(a.broker_addr, a.cluster, a.limit)
+    rows = [
+        (
+            p.broker_addr,
+            t.transaction_id,
+            t.producer_group,
+            t.topic,
+            t.queue_id,
+            fmt_time(t.born_timestamp),
+            t.check_times,
+        )
+        for p in found
+        for t in p.transactions
+    ]
+    text = table(["Broker", "TransactionId", "Group", "Topic", "QID", "Born", "Checks"], rows)
+    shown = sum(len(p.transactions) for p in found)
+    total = sum(p.total for p in found)
+    text += f"\n\nPending: {total}" + (f" (the oldest {shown} shown)" if shown < total else "")
+    return Output(as_json(found), text)
+
+
 async def _consumer_progress(admin: AdminClient, a: argparse.Namespace) -> Output:
     p = await admin.consumer_progress(a.group, a.topic)
     text = table(
@@ -448,6 +470,25 @@ def _setup_broker_status(p: argparse.ArgumentParser) -> None:
     _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every broker of a cluster")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
+def _setup_pending_transactions(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
+    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
+    p.add_argument(
+        "--limit", type=_positive_int, default=100, help="the oldest N of each broker (100)"
+    )
+
+
 def _setup_consumer_progress(p: argparse.ArgumentParser) -> None:
     _group(p)
     _topic(p, required=False)
@@ -534,6 +575,13 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
         "a broker's runtime info",
         _setup_broker_status,
         _broker_status,
+    ),
+    (
+        "pendingTransactions",
+        "pending-transactions",
+        "transactions brokers wait on (neither committed nor rolled back)",
+        _setup_pending_transactions,
+        _pending_transactions,
     ),
     (
         "consumerProgress",

@@ -32,6 +32,8 @@ from pyrmq.admin.results import (
     ClusterInfo,
     ConsumerProgress,
     OffsetReset,
+    PendingTransaction,
+    PendingTransactions,
     QueueProgress,
     QueueReset,
     QueueStatus,
@@ -293,6 +295,31 @@ class AdminClient:
             return {str(k): str(v) for k, v in sorted(table.items())}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise RemotingError(f"broker {broker_addr} sent malformed runtime info") from None
+
+    async def pending_transactions(
+        self, broker_addr: str | None = None, cluster: str | None = None, limit: int = 100
+    ) -> list[PendingTransactions]:
+        """The transactions brokers wait on (half messages neither committed
+        nor rolled back): one broker's, or every master's of a cluster
+        (of every cluster when neither is given). pyrmq's own request."""
+        addrs = [broker_addr] if broker_addr else await self._masters(cluster)
+        out = []
+        for addr in addrs:
+            resp = await self.api.broker_request(
+                addr,
+                RequestCode.GET_PENDING_TRANSACTIONS,
+                {"max": str(limit)},
+                timeout=self.timeout,
+            )
+            try:
+                data = json.loads(resp.body)
+                rows = [PendingTransaction.from_json(t) for t in data["transactions"]]
+                out.append(PendingTransactions(addr, int(data["total"]), rows))
+            except (ValueError, KeyError, TypeError) as e:
+                raise RemotingError(
+                    f"broker {addr} sent malformed pending transactions: {e}"
+                ) from None
+        return out
 
     # -- consumer offsets ----------------------------------------------------------------------
 

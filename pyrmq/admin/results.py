@@ -132,6 +132,42 @@ class OffsetReset:
     notified_brokers: list[str]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingTransaction:
+    """A transaction a broker waits on: its latest half message copy."""
+
+    transaction_id: str
+    producer_group: str
+    topic: str
+    queue_id: int
+    born_timestamp: int
+    check_times: int
+    tran_state_table_offset: int
+    commit_log_offset: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PendingTransaction:
+        return cls(
+            str(d["transactionId"]),
+            str(d["producerGroup"]),
+            str(d["topic"]),
+            int(d["queueId"]),
+            int(d["bornTimestamp"]),
+            int(d["checkTimes"]),
+            int(d["tranStateTableOffset"]),
+            int(d["commitLogOffset"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingTransactions:
+    """One broker's pending transactions: how many, and the oldest ones."""
+
+    broker_addr: str
+    total: int
+    transactions: list[PendingTransaction]
+
+
 def as_json(obj: Any) -> Any:
     """A result of this module (dataclasses, routes, messages, lists of
     them) as JSON-ready data."""

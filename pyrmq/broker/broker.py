@@ -221,6 +221,7 @@ class Broker:
             server.register(code, sp.process_send)
         server.register(RequestCode.CONSUMER_SEND_MSG_BACK, sp.process_send_back)
         server.register(RequestCode.END_TRANSACTION, self.end_transaction.process)
+        server.register(RequestCode.GET_PENDING_TRANSACTIONS, self.end_transaction.pending)
         server.register(RequestCode.PULL_MESSAGE, self.pull_processor.process)
         server.register(RequestCode.HEART_BEAT, cm.heart_beat)
         server.register(RequestCode.UNREGISTER_CLIENT, cm.unregister_client)

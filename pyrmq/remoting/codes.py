@@ -1,6 +1,7 @@
 """Request and response codes of RocketMQ's 4.x remoting protocol
 (RequestCode.java, ResponseCode.java, RemotingSysResponseCode.java), plus
-RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016)."""
+RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016), and
+pyrmq's own (60001: GET_PENDING_TRANSACTIONS)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,10 @@ class RequestCode(enum.IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # pyrmq's own, outside RocketMQ's ranges (a RocketMQ broker answers
+    # REQUEST_CODE_NOT_SUPPORTED): the transactions a broker waits on, as
+    # JSON {"total": n, "transactions": [...]}, at most header "max" of them
+    GET_PENDING_TRANSACTIONS = 60001
 
 
 class ResponseCode(enum.IntEnum):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -238,6 +239,19 @@ class EndTransactionProcessor:
         with _STORE_ERRORS:
             await self.service.end(h, decision, why=why)
         return cmd.response(ResponseCode.SUCCESS)
+
+    def pending(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        """GET_PENDING_TRANSACTIONS (pyrmq's 60001): the transactions this
+        broker waits on, oldest first, at most `max` (100)."""
+        limit = header_int(cmd.ext_fields, "max", 100, error=MessageIllegalError)
+        if not 0 < limit <= 100_000:
+            raise MessageIllegalError(f"max {limit}: expected 1..100000")
+        s = self.service
+        rows = sorted(s.pending.values(), key=lambda h: h.queue_offset)[:limit]
+        body = json.dumps(
+            {"total": len(s.pending), "transactions": [h.describe() for h in rows]}
+        ).encode()
+        return cmd.response(ResponseCode.SUCCESS, body=body)
 
     @staticmethod
     def _log_refusal(conn: Connection, cmd: RemotingCommand, e: RMQError) -> None:
