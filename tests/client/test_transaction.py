@@ -21,6 +21,7 @@ from pyrmq.common.errors import BrokerError
 from pyrmq.common.message import Message, MessageExt, MessageQueue, decode_offset_msg_id
 from pyrmq.common.results import LocalTransactionState, SendStatus
 from pyrmq.common.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC
+from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from pyrmq.testing import LocalCluster
@@ -347,5 +348,47 @@ def test_admin_shows_pending_transactions(tmp_path, arun):
             assert sent[0].msg_id in out and "Pending: 3 (the oldest 2 shown)" in out
             rc, out, err = await _pyrmq("admin", "pendingTransactions", "-n", ns, "--limit", "0")
             assert rc != 0 and "positive whole number" in err and "Traceback" not in err
+
+    arun(main(), timeout=120)
+
+
+def test_a_consumer_sees_committed_messages_only_in_commit_order(tmp_path, arun):
+    """A push consumer running throughout receives the committed messages,
+    each once, in their commit order within every queue; never a half
+    message, a rolled-back one, or one still open."""
+
+    async def main() -> None:
+        async with env(tmp_path, transaction_check_max=100) as e:
+            got: list[MessageExt] = []
+
+            async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+                got.extend(msgs)
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(
+                "CG-tx",
+                e.cluster.namesrv_addr,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            )
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_message_listener(listener)
+            decisions = {i: (COMMIT if i % 3 else ROLLBACK) for i in range(30)}
+            decisions[29] = UNKNOW  # stays open: the check answers UNKNOW
+            async with consumer:
+                app = Listener(check=UNKNOW)
+                async with e.producer(app) as p:
+                    for i, state in decisions.items():
+                        app.execute = state
+                        await p.send_message_in_transaction(Message(TOPIC, f"{i:02d}".encode()))
+                want = sorted(f"{i:02d}".encode() for i, s in decisions.items() if s is COMMIT)
+                await wait_until(
+                    lambda: sorted(bodies(got)) == want, "the committed messages", stall_after=20
+                )
+                await asyncio.sleep(0.6)  # check rounds: nothing more arrives
+            assert sorted(bodies(got)) == want
+            for q in range(4):
+                in_queue = [m.body for m in got if m.queue_id == q and m.body in want]
+                assert in_queue == sorted(in_queue), (q, in_queue)
+            assert all(m.topic == TOPIC and "TRAN_MSG" not in m.properties for m in got)
 
     arun(main(), timeout=120)
