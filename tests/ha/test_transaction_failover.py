@@ -64,7 +64,7 @@ async def _stored(admin: Admin, addr: str) -> list[int]:
 def test_open_transactions_are_resolved_by_the_new_master(tmp_path, arun, report):
     ctl, c = controller_mode_cluster(tmp_path)
     c.broker_conf.update(
-        {"transactionCheckInterval": 300, "transactionTimeOut": 500, "transactionCheckMax": 100}
+        {"transactionCheckInterval": 300, "transactionTimeOut": 500, "transactionCheckMax": 1000}
     )
 
     async def main() -> dict[str, Any]:
@@ -88,6 +88,9 @@ def test_open_transactions_are_resolved_by_the_new_master(tmp_path, arun, report
                 want = sorted(i for i, s in app.db.items() if s is COMMIT)
 
                 async def resolved() -> bool:
+                    # what the producer's 30-s route refresh and heartbeat
+                    # do: the new master learns of its connection
+                    await p.client.update_topic_route(TOPIC)
                     await p.client.send_heartbeat_to_all_brokers()
                     return sorted(await _stored(admin, c.broker_addr(new))) == want
 
