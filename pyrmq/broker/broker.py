@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from typing import Any
 
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.dedup import DuplicateDetector
 from pyrmq.broker.ha.client import HAClient
 from pyrmq.broker.ha.roles import BrokerRoles
 from pyrmq.broker.ha.service import HAService
@@ -115,10 +117,19 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.config
+        if cfg.duplicate_detection and not self.store_config.message_index_enable:
+            raise ClientError(
+                "duplicateDetection=true needs the IndexFiles: set messageIndexEnable=true"
+            )
         sock = socket.create_server((cfg.listen_host, cfg.listen_port), backlog=1024)
         try:
             self.port = sock.getsockname()[1]
             self._prepare_commit_log_path()
+            if cfg.duplicate_detection:
+                # each message indexed as it is stored: a retry is found at once
+                self.store_config = dataclasses.replace(
+                    self.store_config, message_index_async=False
+                )
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
             await self.roles.open(store)
@@ -152,6 +163,10 @@ class Broker:
             check_interval_ms=cfg.transaction_check_interval,
         )
         self.end_transaction = EndTransactionProcessor(self.transactions, slave=self.roles.slave)
+        self.dedup = None
+        if cfg.duplicate_detection:
+            self.dedup = DuplicateDetector(store, cfg.duplicate_detection_window_seconds)
+            await self.dedup.start()
         self.send_processor = SendMessageProcessor(
             store,
             self.topics,
@@ -165,6 +180,7 @@ class Broker:
             broker_role="SLAVE" if self.roles.slave else cfg.broker_role,
             ha=self.ha,
             transactions=None if cfg.reject_transaction_message else self.transactions,
+            dedup=self.dedup,
         )
         self.pull_processor = PullMessageProcessor(
             store,
@@ -402,6 +418,7 @@ class Broker:
             "heldPulls": self.pull_processor.held_count,
             "scheduleMessageDelivered": self.schedule.delivered,
             **self.transaction_check.status(),
+            "duplicatesDetected": self.dedup.duplicates if self.dedup else 0,
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,

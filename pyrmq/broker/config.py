@@ -128,11 +128,21 @@ class BrokerConfig:
     transaction_check_interval: int = 60_000
     #: refuse half messages (NO_PERMISSION), as RocketMQ's switch
     reject_transaction_message: bool = False
+    #: pyrmq's exactly-once produce: a send whose UNIQ_KEY this broker stored
+    #: in the topic within the window is answered with the first send's
+    #: result, not stored again (pyrmq/broker/dedup.py)
+    duplicate_detection: bool = False
+    duplicate_detection_window_seconds: int = 120
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
 
     def __post_init__(self) -> None:
+        if self.duplicate_detection_window_seconds <= 0:
+            raise ClientError(
+                f"duplicateDetectionWindowSeconds={self.duplicate_detection_window_seconds}: "
+                "expected a positive number of seconds"
+            )
         if self.broker_role not in BROKER_ROLES:
             raise ClientError(
                 f"brokerRole={self.broker_role!r}: expected one of {', '.join(BROKER_ROLES)}"

@@ -592,14 +592,28 @@ class MessageStore:
         every put made before the call: it first lets the index thread catch
         up (off the event loop)."""
         core = self.core
-        if core.index_lag > 0 and self._io is not None:
-            for _ in range(1_000_000):
-                if await self._io.run("index", core.build_index, 1 << 20) == 0:
-                    break
+        await self.catch_up_index()
         return [
             core.look_message_by_offset(o)
             for o in core.query_message_offsets(topic, key, max_num, begin_ts, end_ts)
         ]
+
+    async def catch_up_index(self) -> None:
+        """Index what the CommitLog holds and the IndexFiles do not yet, on
+        the index thread (off the event loop)."""
+        core = self.core
+        if core.index_lag > 0 and self._io is not None:
+            for _ in range(1_000_000):
+                if await self._io.run("index", core.build_index, 1 << 20) == 0:
+                    break
+
+    def find_key(self, topic: str, key: str, since_ms: int) -> list[int]:
+        """CommitLog offsets of topic's records stored since since_ms whose
+        UNIQ_KEY (or a KEYS item) is key, newest first; a lookup in the
+        IndexFiles, each candidate checked against its record. Indexes what
+        lags first, so call it where the index is kept up (inline indexing,
+        or after catch_up_index)."""
+        return self.core.query_message_offsets(topic, key, 4, since_ms)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.core.min_offset_in_queue(topic, queue_id)

@@ -13,6 +13,10 @@ the new one starts from the offsets the broker committed. After 1 of the
 cycles (4 with --long) the name server is SIGKILLed, left down while the
 clients go on with their cached routes, and started again on its port.
 
+A third run is SYNC_FLUSH with duplicateDetection=true (and the C++ load):
+there, nothing acknowledged may be stored twice either, though the kills
+cut answers the clients then retry.
+
 What is asserted, by comparing sets of message ids (the bodies):
 
 * every send a broker acknowledged (SEND_OK) is stored afterwards, and was
@@ -39,6 +43,7 @@ import os
 import pathlib
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,12 +99,13 @@ def _seed() -> int:
 def cluster_factory(tmp_path: pathlib.Path) -> Iterator[Any]:
     made: list[ProcessCluster] = []
 
-    def make(flush: str) -> ProcessCluster:
+    def make(flush: str, dedup: bool = False) -> ProcessCluster:
         c = ProcessCluster(
             tmp_path / "cluster",
             [BROKER],
             broker_conf={
                 "flushDiskType": flush,
+                "duplicateDetection": "true" if dedup else "false",
                 # re-register within a second of a name server restart
                 "registerNameServerPeriod": 1000,
             },
@@ -210,9 +216,13 @@ def window_violations(tally: Tally, committed: list[dict[int, int]]) -> list[Del
     return bad
 
 
-@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+@pytest.mark.parametrize(
+    ("flush", "dedup"),
+    [("SYNC_FLUSH", False), ("ASYNC_FLUSH", False), ("SYNC_FLUSH", True)],
+    ids=["SYNC_FLUSH", "ASYNC_FLUSH", "SYNC_FLUSH-duplicateDetection"],
+)
 def test_broker_sigkill_under_load_loses_no_acknowledged_message(
-    arun, cluster_factory, tmp_path, long_mode, report, flush
+    arun, cluster_factory, tmp_path, long_mode, report, flush, dedup
 ):
     cycles = scale(long_mode, 3, 20)
     outages = scale(long_mode, 1, 4)
@@ -220,17 +230,18 @@ def test_broker_sigkill_under_load_loses_no_acknowledged_message(
     rng = random.Random(seed)
     # the cycles in which the name server goes down too (after the restart)
     outage_cycles = set(rng.sample(range(cycles), outages))
-    cluster = cluster_factory(flush)
+    cluster = cluster_factory(flush, dedup)
     # The C++ client strands a pull on a dead connection until the pull's
     # own timeout (about 30 s), which is most of a run's time: the CI subset
     # drives it in one flush mode, the long mode in both.
     cpp = (
         CppLoad(cluster.namesrv_addr, TOPIC, CPP_GROUP, "cpp", tmp_path / "cpp-client.log")
-        if long_mode or flush == "ASYNC_FLUSH"
+        if long_mode or flush == "ASYNC_FLUSH" or dedup
         else None
     )
     figures: dict[str, Any] = {
         "flush": flush,
+        "duplicate_detection": dedup,
         "seed": seed,
         "cycles": cycles,
         "cpp_acked_during_outages": 0,
@@ -398,6 +409,9 @@ def test_broker_sigkill_under_load_loses_no_acknowledged_message(
         assert not lost_cpp_group, f"never delivered (C++): {sorted(lost_cpp_group)[:10]}"
         assert not phantom, f"stored or delivered but never sent: {sorted(phantom)[:10]}"
         assert not violations, f"redelivered below the committed offset: {violations[:10]}"
+        if dedup:
+            twice = [i for i, n in Counter(stored_ids).items() if n > 1]
+            assert not twice, f"stored twice with duplicateDetection: {twice[:10]}"
 
     t0 = time.monotonic()
     try:

@@ -14,14 +14,15 @@ import logging
 import random
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Any, Literal
 
 import rmqcore
+from pyrmq.broker.dedup import DuplicateDetector
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
-from pyrmq.broker.transaction.service import HalfMessage, TransactionalMessageService
+from pyrmq.broker.transaction.service import TransactionalMessageService
 from pyrmq.common.errors import (
     BrokerSystemError,
     DiskFullError,
@@ -37,6 +38,7 @@ from pyrmq.common.topics import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TBW102,
+    TRANS_HALF_TOPIC,
     dlq_topic,
     is_system_topic,
     retry_topic,
@@ -124,6 +126,7 @@ class SendMessageProcessor:
         broker_role: str = "ASYNC_MASTER",
         ha: HAService | None = None,
         transactions: TransactionalMessageService | None = None,
+        dedup: DuplicateDetector | None = None,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -145,6 +148,8 @@ class SendMessageProcessor:
         self._inflater: ThreadPoolExecutor | None = None
         #: half messages go here (None: refused, rejectTransactionMessage)
         self.transactions = transactions
+        #: duplicateDetection: a resent message is answered, not stored again
+        self.dedup = dedup
         #: sends answered SYSTEM_BUSY (runtime info, tests)
         self.busy_refusals = 0
         #: oneway sends taken while the disk lagged, their connection held
@@ -228,6 +233,10 @@ class SendMessageProcessor:
             reply_queue_id = queue_id
             if "DELAY\x01" in props and not sysflag & _TX_MASK:
                 topic, queue_id, props = self._scheduled(topic, queue_id, props)
+            if self.dedup is not None:
+                first = self.dedup.stored(topic, props)
+                if first is not None:
+                    return self._answer_stored(conn, cmd, first)
             r = self.store.put_message_nowait(
                 topic,
                 queue_id,
@@ -266,7 +275,10 @@ class SendMessageProcessor:
             raise MessageIllegalError("a transactional message needs its producer group (PGROUP)")
         sent = self.transactions.pending_half(group, p.get("UNIQ_KEY", ""))
         if sent is not None:
-            return self._answer_sent_half(cmd, sent, queue_id)
+            # the producer did not get the first answer: not stored twice
+            return self._answer_stored(
+                conn, cmd, self.store.look_message_by_offset(sent.commit_log_offset)
+            )
         with _STORE_ERRORS:
             r = self.transactions.prepare(
                 topic,
@@ -282,29 +294,47 @@ class SendMessageProcessor:
             )
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
-    def _answer_sent_half(
-        self, cmd: RemotingCommand, sent: HalfMessage, queue_id: int
+    def _answer_stored(
+        self, conn: Connection, cmd: RemotingCommand, m: dict[str, Any]
     ) -> HandlerResult:
-        """A half message sent again while its transaction is pending (the
-        producer did not get the first answer): answered with the one stored,
-        once it is durable, not stored twice."""
+        """A message sent again that this broker stored already (a retry
+        after a lost answer): the first send's answer (its offset id, queue
+        and queue offset; the queue it was sent to for a delayed one), once
+        it is as durable as the first answer waited for."""
+        props = m["properties"]
+        qid = m["queue_id"]
+        if m["topic"] in (SCHEDULE_TOPIC, TRANS_HALF_TOPIC):
+            real = rmqcore.decode_properties(props).get("REAL_QID", "")
+            qid = int(real) if real.isdigit() else qid
         answer = cmd.response(
             ResponseCode.SUCCESS,
             {
-                "msgId": self.store.offset_msg_id(sent.commit_log_offset),
-                "queueId": str(queue_id),
-                "queueOffset": str(sent.queue_offset),
+                "msgId": self.store.offset_msg_id(m["commit_log_offset"]),
+                "queueId": str(qid),
+                "queueOffset": str(m["queue_offset"]),
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
             },
         )
         if cmd.flag & FLAG_ONEWAY:
             return None
-        if not self._sync:
+        end = m["commit_log_offset"] + m["store_size"]
+        replica = None
+        if self._ha is not None and self._ha.required_acks > 0:
+            if self._ha.is_slave_ok(end):
+                replica = self._ha.wait_replicated(end)
+            else:
+                answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
+                answer.remark = "no slave is connected or it is too far behind"
+        if not self._sync and replica is None:
             return answer
 
         async def durable() -> RemotingCommand:
-            await self.store.wait_durable(sent.commit_log_offset + sent.size)
+            if self._sync:
+                await self.store.wait_durable(end)
+            if replica is not None and not await replica:
+                answer.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
+                answer.remark = "the slave did not confirm the message within syncFlushTimeout"
             return answer
 
         return durable()

@@ -1,0 +1,111 @@
+"""duplicateDetection: a send whose UNIQ_KEY the broker stored in the topic
+within the window is answered with the first send's result and not stored
+again; real broker on 127.0.0.1, C++-client-shaped SEND_MESSAGE frames."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.common.errors import ClientError
+from pyrmq.remoting.codes import ResponseCode as R
+from pyrmq.testing import LocalCluster
+
+from .helpers import cluster, max_offset, props, send
+
+KEY = "7F0000010000" + "0" * 19 + "1"
+OTHER = "7F0000010000" + "0" * 19 + "2"
+
+
+def fields_of(r):
+    return {k: r.ext_fields[k] for k in ("msgId", "queueId", "queueOffset")}
+
+
+def test_a_resent_message_is_answered_not_stored(arun, tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path, duplicate_detection=True) as (c, cl):
+            first = await send(cl, c.broker_addr, "DupT", b"m", 1, props(UNIQ_KEY=KEY))
+            # the retry of a client that lost the answer goes to another queue
+            again = await send(cl, c.broker_addr, "DupT", b"m", 2, props(UNIQ_KEY=KEY))
+            assert first.code == again.code == R.SUCCESS
+            assert fields_of(again) == fields_of(first)
+            other = await send(cl, c.broker_addr, "DupT", b"m", 1, props(UNIQ_KEY=OTHER))
+            assert other.code == R.SUCCESS and other.ext_fields["queueOffset"] == "1"
+            # another topic is another message; no UNIQ_KEY: never a duplicate
+            t2 = await send(cl, c.broker_addr, "DupT2", b"m", 0, props(UNIQ_KEY=KEY))
+            assert t2.code == R.SUCCESS and t2.ext_fields["msgId"] != first.ext_fields["msgId"]
+            for _ in range(2):
+                assert (await send(cl, c.broker_addr, "DupT", b"n", 3, props(KEYS=KEY))).code == 0
+            assert [await max_offset(cl, c.broker_addr, "DupT", q) for q in range(4)] == [
+                0,
+                2,
+                0,
+                2,
+            ]
+            assert c.broker.dedup.duplicates == 1  # type: ignore[union-attr]
+
+    arun(main())
+
+
+def test_a_delayed_message_resent_names_its_queue(arun, tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path, duplicate_detection=True) as (c, cl):
+            p = props(UNIQ_KEY=KEY, DELAY="3")
+            first = await send(cl, c.broker_addr, "DupT", b"later", 2, p)
+            again = await send(cl, c.broker_addr, "DupT", b"later", 0, p)
+            assert fields_of(again) == fields_of(first) and again.ext_fields["queueId"] == "2"
+            assert await max_offset(cl, c.broker_addr, "SCHEDULE_TOPIC_XXXX", 2) == 1
+
+    arun(main())
+
+
+def test_without_the_switch_a_resent_message_is_stored_again(arun, tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            for q in (1, 2):
+                r = await send(cl, c.broker_addr, "DupT", b"m", q, props(UNIQ_KEY=KEY))
+                assert r.code == R.SUCCESS
+            assert await max_offset(cl, c.broker_addr, "DupT", 2) == 1
+
+    arun(main())
+
+
+def test_the_window_ends(arun, tmp_path):
+    async def main() -> None:
+        async with cluster(
+            tmp_path, duplicate_detection=True, duplicate_detection_window_seconds=1
+        ) as (c, cl):
+            first = await send(cl, c.broker_addr, "DupT", b"m", 0, props(UNIQ_KEY=KEY))
+            await asyncio.sleep(1.3)
+            late = await send(cl, c.broker_addr, "DupT", b"m", 0, props(UNIQ_KEY=KEY))
+            assert late.ext_fields["queueOffset"] == "1" != first.ext_fields["queueOffset"]
+
+    arun(main())
+
+
+def test_the_window_survives_a_restart(arun, tmp_path):
+    async def main() -> None:
+        async with cluster(tmp_path, duplicate_detection=True) as (c, cl):
+            first = await send(cl, c.broker_addr, "DupT", b"m", 1, props(UNIQ_KEY=KEY))
+            await c.stop_broker()
+            await c.start_broker()
+            again = await send(cl, c.broker_addr, "DupT", b"m", 3, props(UNIQ_KEY=KEY))
+            assert fields_of(again) == fields_of(first)
+            assert await max_offset(cl, c.broker_addr, "DupT", 3) == 0
+
+    arun(main())
+
+
+def test_bad_settings_are_refused_clearly(arun, tmp_path):
+    with pytest.raises(ClientError, match="duplicateDetectionWindowSeconds=0"):
+        BrokerConfig(duplicate_detection_window_seconds=0)
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "s"), duplicate_detection=True, message_index_enable=False)
+        with pytest.raises(ClientError, match="messageIndexEnable=true"):
+            await c.start()
+        await c.shutdown()
+
+    arun(main())
