@@ -1,16 +1,23 @@
-"""What a send feature costs: plain sends beside transactional ones (and,
-as they land, traced and deduplicated ones), on one broker in one run.
+"""What a send feature costs: plain sends beside transactional ones and
+beside sends to a broker with duplicateDetection, in one run.
 
-One ``pyrmq standalone`` (ASYNC_FLUSH, a fresh store) and ``pyrmq bench
-produce`` against it, one mode after the other, ``--rounds`` times (so a
-noisy moment on a shared machine hurts both modes alike): ``--mode sync``
-(each of 64 coroutines awaits its send) and ``--mode transaction``
-(``send_message_in_transaction``, every local transaction committing: the
-half message, its answer, then END_TRANSACTION oneway; RT runs from the
-half message to END_TRANSACTION written). Per mode: the median over the
-rounds of messages/s, and of the RT percentiles; the ratio to plain sends.
-After the runs, every acknowledged message must be in the topic (the
-commits arrive oneway: waited for, bounded), or the run fails.
+Two ``pyrmq standalone`` (ASYNC_FLUSH, fresh stores): "plain" with the
+defaults, "dedup" with ``duplicateDetection=true``; ``pyrmq bench
+produce`` against them, one case after the other, ``--rounds`` times (so a
+noisy moment on a shared machine hurts every case alike):
+
+- ``sync``: 64 coroutines each awaiting its send;
+- ``transaction``: ``send_message_in_transaction``, every local transaction
+  committing (the half message, its answer, END_TRANSACTION oneway; RT
+  runs from the half message to END_TRANSACTION written);
+- ``async``: pipelined, ``send_async`` with 64 sends in flight;
+- the same ``sync`` and ``async`` against the dedup broker.
+
+Per case: the median over the rounds of messages/s and of the RT
+percentiles, and the ratio to its plain twin. After the runs every
+acknowledged message must be in its topic, on its broker (commits arrive
+oneway: waited for, bounded): a duplicate check that suppressed a distinct
+message fails the run.
 
     python -m bench.send_features --out DIR [--seconds 5] [--rounds 2]
 
@@ -19,6 +26,7 @@ Writes DIR/send_features.json and prints a Markdown table."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -33,8 +41,22 @@ from bench import broker_load as bl
 
 TOPIC = "BenchSendFeatures"
 QUEUES = 8
-MODES = ("sync", "transaction")
-LABELS = {"sync": "plain send", "transaction": "transactional send (commit)"}
+#: case -> (broker, pyrmq bench produce --mode, the case it is compared with)
+CASES = {
+    "sync": ("plain", "sync", "sync"),
+    "transaction": ("plain", "transaction", "sync"),
+    "async": ("plain", "async", "async"),
+    "dedup_sync": ("dedup", "sync", "sync"),
+    "dedup_async": ("dedup", "async", "async"),
+}
+LABELS = {
+    "sync": "plain send, awaited",
+    "transaction": "transactional send (commit), awaited",
+    "async": "plain send, pipelined",
+    "dedup_sync": "duplicateDetection, awaited",
+    "dedup_async": "duplicateDetection, pipelined",
+}
+BROKERS = {"plain": {}, "dedup": {"duplicateDetection": "true"}}
 
 
 def produce(namesrv: str, mode: str, seconds: float, body: int) -> dict[str, Any]:
@@ -54,26 +76,32 @@ def stored(srv: bl.Server) -> int:
 
 def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-    with tempfile.TemporaryDirectory() as d, bl.standalone(d) as srv:
-        bl.create_topic(srv.broker, TOPIC, QUEUES)
-        bl.wait_route(srv.namesrv, TOPIC)
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
+    with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
+        srvs = {}
+        for name, conf in BROKERS.items():
+            path = pathlib.Path(d) / f"{name}.conf"
+            path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+            srvs[name] = stack.enter_context(bl.standalone(d, extra=("-c", str(path))))
+            bl.create_topic(srvs[name].broker, TOPIC, QUEUES)
+            bl.wait_route(srvs[name].namesrv, TOPIC)
         for _ in range(rounds):
-            for mode in MODES:
-                s = produce(srv.namesrv, mode, seconds, body)["produce"]
-                runs[mode].append(s)
-                print(f"{mode}: {s['msgs_per_s']:,.0f} msg/s, p99 {s['rt_ms']['p99']} ms",
+            for case, (broker, mode, _) in CASES.items():
+                s = produce(srvs[broker].namesrv, mode, seconds, body)["produce"]
+                runs[case].append(s)
+                print(f"{case}: {s['msgs_per_s']:,.0f} msg/s, p99 {s['rt_ms']['p99']} ms",
                       file=sys.stderr)  # fmt: skip
-        acked = sum(r["messages"] for rs in runs.values() for r in rs)
+        acked = {b: sum(r["messages"] for c, rs in runs.items() if CASES[c][0] == b for r in rs)
+                 for b in srvs}  # fmt: skip
         deadline = time.monotonic() + 30
-        while stored(srv) < acked and time.monotonic() < deadline:
+        while any(stored(srvs[b]) < acked[b] for b in srvs) and time.monotonic() < deadline:
             time.sleep(0.2)
-        in_topic = stored(srv)
+        in_topic = {b: stored(srvs[b]) for b in srvs}
     if in_topic != acked:
-        raise RuntimeError(f"{acked} sends acknowledged, {in_topic} messages in the topic")
+        raise RuntimeError(f"acknowledged {acked}, in the topics {in_topic}")
     rows = {}
-    for mode, rs in runs.items():
-        rows[mode] = {
+    for case, rs in runs.items():
+        rows[case] = {
             "msgs_per_s": statistics.median(r["msgs_per_s"] for r in rs),
             **{
                 f"rt_{k}_ms": statistics.median(r["rt_ms"][k] for r in rs)
@@ -82,11 +110,11 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
             "failures": sum(r["failures"] for r in rs),
             "rounds": [r["msgs_per_s"] for r in rs],
         }
-    base = rows["sync"]["msgs_per_s"]
-    for r in rows.values():
-        r["vs_plain"] = r["msgs_per_s"] / base
-    result = {"seconds": seconds, "rounds": rounds, "body": body, "acked": acked,
-              "in_topic": in_topic, "modes": rows}  # fmt: skip
+    for case, r in rows.items():
+        r["vs_plain"] = r["msgs_per_s"] / rows[CASES[case][2]]["msgs_per_s"]
+    result = {"seconds": seconds, "rounds": rounds, "body": body,
+              "acked": sum(acked.values()), "in_topic": sum(in_topic.values()),
+              "cases": rows}  # fmt: skip
     (out / "send_features.json").write_text(json.dumps(result, indent=2))
     print(render(result))
     return result
@@ -94,16 +122,17 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"Sends of {result['body']} B, 64 awaiting coroutines, {result['seconds']:.0f} s x "
-        f"{result['rounds']} rounds per mode (medians); {result['acked']:,} acknowledged, "
+        f"Sends of {result['body']} B, 64 coroutines or sends in flight, "
+        f"{result['seconds']:.0f} s x {result['rounds']} rounds per case (medians); "
+        f"{result['acked']:,} acknowledged, "
         f"{result['in_topic']:,} in the topic",
         "",
-        "| mode | msg/s | vs plain | RT p50 ms | RT p99 ms | failures |",
+        "| case | msg/s | vs plain twin | RT p50 ms | RT p99 ms | failures |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for mode, r in result["modes"].items():
+    for case, r in result["cases"].items():
         lines.append(
-            f"| {LABELS[mode]} | {r['msgs_per_s']:,.0f} | {r['vs_plain']:.2f} | "
+            f"| {LABELS[case]} | {r['msgs_per_s']:,.0f} | {r['vs_plain']:.2f} | "
             f"{r['rt_p50_ms']:.2f} | {r['rt_p99_ms']:.2f} | {r['failures']} |"
         )
     return "\n".join(lines)
