@@ -162,6 +162,13 @@ int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
                         const uint8_t *key, int32_t key_len, int64_t begin_ts, int64_t end_ts,
                         int64_t *out, int max, int *n);
 
+/* The same over what the IndexFiles hold now, without indexing what lags
+ * first (a caller that covers the unindexed tail itself). Safe beside the
+ * index thread: the index service locks per put and per query. */
+int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
+                       const uint8_t *key, int32_t key_len, int64_t begin_ts, int64_t end_ts,
+                       int64_t *out, int max, int *n);
+
 /* Flush the CommitLog (least_pages 0: all written). *where: durable offset. */
 int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where);
 

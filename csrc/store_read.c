@@ -231,6 +231,14 @@ int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, cons
         int brc = rmq_store_build_index(s, INT64_MAX, &built);
         if (brc != RMQ_OK) return brc;
     }
+    return rmq_store_find_key(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
+}
+
+int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
+                       int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
+                       int *n) {
+    *n = 0;
+    if (!s->index || max <= 0) return RMQ_OK;
     int cap = max * 4 + 16;
     int64_t *cand = malloc((size_t)cap * sizeof(*cand));
     if (!cand) return -ENOMEM;

@@ -514,6 +514,29 @@ cdef class MessageStoreCore:
         finally:
             free(out)
 
+    def find_key_offsets(self, topic, key, long long begin_ts=0) -> list:
+        """query_message_offsets over what the IndexFiles hold now (at most
+        4, stored since begin_ts), without indexing what lags first; the GIL
+        is released while the index is read."""
+        cdef Py_ssize_t tn, kn
+        cdef const uint8_t *t = _text(topic, &tn)
+        cdef const uint8_t *k = _text(key, &kn)
+        cdef int64_t out[4]
+        cdef int n = 0, rc, i
+        cdef int64_t end_ts = 2**62
+        self._check()
+        with nogil:
+            rc = rmq_store_find_key(self._s, t, <int32_t>tn, k, <int32_t>kn, begin_ts, end_ts,
+                                    out, 4, &n)
+        _raise_for(rc, "find_key")
+        return [out[i] for i in range(n)]
+
+    @property
+    def index_dispatched(self) -> int:
+        """The CommitLog offset up to which the IndexFiles hold every record."""
+        self._check()
+        return self._s.index_dispatched
+
     @property
     def commit_log_min_offset(self) -> int:
         self._check()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -125,11 +124,6 @@ class Broker:
         try:
             self.port = sock.getsockname()[1]
             self._prepare_commit_log_path()
-            if cfg.duplicate_detection:
-                # each message indexed as it is stored: a retry is found at once
-                self.store_config = dataclasses.replace(
-                    self.store_config, message_index_async=False
-                )
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
             await self.roles.open(store)
@@ -165,7 +159,9 @@ class Broker:
         self.end_transaction = EndTransactionProcessor(self.transactions, slave=self.roles.slave)
         self.dedup = None
         if cfg.duplicate_detection:
-            self.dedup = DuplicateDetector(store, cfg.duplicate_detection_window_seconds)
+            self.dedup = DuplicateDetector(
+                store, cfg.duplicate_detection_window_seconds, cfg.duplicate_detection_key
+            )
             await self.dedup.start()
         self.send_processor = SendMessageProcessor(
             store,

@@ -133,11 +133,19 @@ class BrokerConfig:
     #: result, not stored again (pyrmq/broker/dedup.py)
     duplicate_detection: bool = False
     duplicate_detection_window_seconds: int = 120
+    #: UNIQ_KEY (the client's message id, kept across retries by Java's and
+    #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
+    #: which makes a new UNIQ_KEY for every attempt)
+    duplicate_detection_key: str = "UNIQ_KEY"
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
 
     def __post_init__(self) -> None:
+        if self.duplicate_detection_key not in ("UNIQ_KEY", "KEYS"):
+            raise ClientError(
+                f"duplicateDetectionKey={self.duplicate_detection_key!r}: expected UNIQ_KEY or KEYS"
+            )
         if self.duplicate_detection_window_seconds <= 0:
             raise ClientError(
                 f"duplicateDetectionWindowSeconds={self.duplicate_detection_window_seconds}: "

@@ -1,54 +1,80 @@
 """DuplicateDetector: exactly-once produce (pyrmq's, beyond RocketMQ).
 
-With ``duplicateDetection=true``, a send whose UNIQ_KEY this broker already
+With ``duplicateDetection=true``, a send whose key this broker already
 stored in the same topic within ``duplicateDetectionWindowSeconds`` (120)
 is answered with the first send's result (its offset id, queue and queue
 offset, once durable as the first would have been) and not stored again.
 That is what a producer's retry after a lost answer looks like (a broker
-killed between storing and answering, a connection cut): Java's, the C++
-and pyrmq's clients keep a message's UNIQ_KEY across retries, and make it
-from the producer's address, process and a counter, so two producers never
-make the same one.
+killed between storing and answering, a connection cut).
 
-The window is the store's own IndexFiles, which index every UNIQ_KEY by
-topic: a lookup is a hash probe in C, each candidate checked against its
-CommitLog record. With detection on, the broker indexes each message as it
-is stored (``messageIndexAsync`` off), and at start-up, before it takes a
-send, indexes the CommitLog tail recovery left unindexed; the IndexFiles
-are themselves rebuilt from the CommitLog by recovery, so the window is
-the CommitLog's. Single messages are checked; a batch's are not (yet)."""
+The key (``duplicateDetectionKey``):
+
+- ``UNIQ_KEY`` (default): the client-made message id. Java's and pyrmq's
+  clients keep it across a message's retries and make it from the
+  producer's address, process and a counter, so two producers never make
+  the same one.
+- ``KEYS``: the message's KEYS (all of them, as sent), or its UNIQ_KEY when
+  it has none. For clients that make a new UNIQ_KEY for every attempt, as
+  RocketMQ's C++ client 0.4.4 (PyPI ``rocketmq``) does: the application
+  gives each message keys of its own (an order id), which RocketMQ advises
+  anyway for consumers to deduplicate on.
+
+The window is the store's own IndexFiles, which index every UNIQ_KEY and
+KEYS item by topic: a lookup is a hash probe in C (the GIL released), each
+candidate checked against its CommitLog record. The index thread indexes a
+message a moment after it is stored; the sends this broker stored since
+the index last caught up are kept in memory (topic and key to CommitLog
+offset) and forgotten once indexed. At start-up, before the first send is
+checked, the CommitLog tail recovery left unindexed is indexed; the
+IndexFiles are themselves rebuilt from the CommitLog by recovery, so the
+window is the CommitLog's. Single messages are checked; a batch's are not
+(yet)."""
 
 from __future__ import annotations
 
-import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import rmqcore
 from pyrmq.storage import MessageStore
 
-log = logging.getLogger("pyrmq.broker")
-
-_UNIQ = "UNIQ_KEY\x01"
+KEY_MODES = ("UNIQ_KEY", "KEYS")
 
 
-def uniq_key_of(props: str) -> str:
-    """The UNIQ_KEY in a properties string ("" when none); no full decode."""
-    at = props.find(_UNIQ)
-    if at < 0 or (at > 0 and props[at - 1] != "\x02"):
+def prop_of(props: str, name: str) -> str:
+    """One property of a properties string ("" when absent), without
+    decoding the rest."""
+    tag = name + "\x01"
+    at = props.find(tag)
+    while at > 0 and props[at - 1] != "\x02":
+        at = props.find(tag, at + 1)
+    if at < 0:
         return ""
-    start = at + len(_UNIQ)
+    start = at + len(tag)
     end = props.find("\x02", start)
     return props[start : end if end >= 0 else len(props)]
 
 
 class DuplicateDetector:
     def __init__(
-        self, store: MessageStore, window_s: float, clock: Callable[[], float] = time.time
+        self,
+        store: MessageStore,
+        window_s: float,
+        key_mode: str = "UNIQ_KEY",
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        if key_mode not in KEY_MODES:
+            raise ValueError(f"duplicateDetectionKey={key_mode!r}: expected UNIQ_KEY or KEYS")
         self.store = store
         self.window_ms = int(window_s * 1000)
+        self.by_keys = key_mode == "KEYS"
         self._clock = clock
+        #: (topic, key) -> CommitLog offset, of sends not indexed yet
+        self._recent: dict[tuple[str, str], int] = {}
+        #: (record end, (topic, key)) in store order, to forget them once indexed
+        self._order: deque[tuple[int, tuple[str, str]]] = deque()
         #: sends answered as duplicates (runtime info)
         self.duplicates = 0
 
@@ -56,17 +82,51 @@ class DuplicateDetector:
         """Index the CommitLog tail before the first send is checked."""
         await self.store.catch_up_index()
 
+    def key_of(self, props: str) -> str:
+        """What identifies a message with these properties ("" : nothing)."""
+        if self.by_keys:
+            keys = prop_of(props, "KEYS")
+            if keys.strip():
+                return "KEYS\x01" + keys
+        return prop_of(props, "UNIQ_KEY")
+
     def stored(self, topic: str, props: str) -> dict[str, Any] | None:
         """The record a send with these properties already stored in topic
-        within the window, or None (also when it has no UNIQ_KEY)."""
-        key = uniq_key_of(props)
+        within the window, or None (also when it has no key)."""
+        key = self.key_of(props)
         if not key:
             return None
+        self._forget_indexed()
         since = int(self._clock() * 1000) - self.window_ms
-        for offset in self.store.find_key(topic, key, since):
+        recent = self._recent.get((topic, key))
+        if recent is not None:
+            offsets = [recent]
+        else:
+            # the index holds each KEYS item and the UNIQ_KEY: probe with one
+            probe = key[5:].split()[0] if key.startswith("KEYS\x01") else key
+            offsets = self.store.find_key(topic, probe, since)
+        for offset in offsets:
             m = self.store.look_message_by_offset(offset)
-            # the index also holds KEYS items: the match must be the UNIQ_KEY
-            if uniq_key_of(m["properties"].decode("utf-8", "replace")) == key:
+            found = self.key_of(m["properties"].decode("utf-8", "replace"))
+            if m["store_timestamp"] >= since and found == key:
                 self.duplicates += 1
                 return m
         return None
+
+    def remember(self, topic: str, props: str, r: rmqcore.AppendResult) -> None:
+        """A send just stored: found by `stored` until the index has it."""
+        key = self.key_of(props)
+        if key:
+            k = (topic, key)
+            self._recent[k] = r.phys_offset
+            self._order.append((r.phys_offset + r.wrote_bytes, k))
+
+    def _forget_indexed(self) -> None:
+        order, recent = self._order, self._recent
+        if not order:
+            return
+        indexed = self.store.index_dispatched
+        while order and order[0][0] <= indexed:
+            end, k = order.popleft()
+            if recent.get(k, end) < end:  # not a later send of the same key
+                del recent[k]

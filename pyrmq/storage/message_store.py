@@ -608,12 +608,16 @@ class MessageStore:
                     break
 
     def find_key(self, topic: str, key: str, since_ms: int) -> list[int]:
-        """CommitLog offsets of topic's records stored since since_ms whose
-        UNIQ_KEY (or a KEYS item) is key, newest first; a lookup in the
-        IndexFiles, each candidate checked against its record. Indexes what
-        lags first, so call it where the index is kept up (inline indexing,
-        or after catch_up_index)."""
-        return self.core.query_message_offsets(topic, key, 4, since_ms)
+        """CommitLog offsets (at most 4, newest first) of topic's records
+        stored since since_ms whose UNIQ_KEY or a KEYS item is key, each
+        checked against its record, among what the IndexFiles hold now:
+        records past `index_dispatched` are not indexed yet."""
+        return self.core.find_key_offsets(topic, key, since_ms)
+
+    @property
+    def index_dispatched(self) -> int:
+        """The CommitLog offset up to which every record is indexed."""
+        return self.core.index_dispatched
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.core.min_offset_in_queue(topic, queue_id)

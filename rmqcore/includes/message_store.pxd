@@ -79,6 +79,9 @@ cdef extern from "message_store.h" nogil:
     int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
                             const uint8_t *key, int32_t key_len, int64_t begin_ts, int64_t end_ts,
                             int64_t *out, int max, int *n)
+    int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
+                           const uint8_t *key, int32_t key_len, int64_t begin_ts, int64_t end_ts,
+                           int64_t *out, int max, int *n) nogil
     int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where)
     int rmq_store_flush_logics(rmq_store_t *s, int least_pages)
     int rmq_store_delete_expired_commit_log(rmq_store_t *s, int64_t expire_ms, int64_t now_ms,

@@ -9,9 +9,12 @@ import asyncio
 import pytest
 
 from pyrmq.broker.config import BrokerConfig
+from pyrmq.broker.dedup import DuplicateDetector
 from pyrmq.common.errors import ClientError
 from pyrmq.remoting.codes import ResponseCode as R
+from pyrmq.storage import MessageStore
 from pyrmq.testing import LocalCluster
+from tests.conftest import small_config
 
 from .helpers import cluster, max_offset, props, send
 
@@ -107,5 +110,67 @@ def test_bad_settings_are_refused_clearly(arun, tmp_path):
         with pytest.raises(ClientError, match="messageIndexEnable=true"):
             await c.start()
         await c.shutdown()
+
+    arun(main())
+
+
+def test_the_detector_covers_what_the_index_has_not_reached(arun, tmp_path):
+    """A send stored a moment ago (the index thread has not indexed it) is
+    found in the detector's memory; once indexed, it is forgotten there and
+    found in the IndexFiles."""
+
+    async def main() -> None:
+        async with MessageStore(small_config(str(tmp_path / "store"))) as store:
+            d = DuplicateDetector(store, 60)
+            await d.start()
+            p = props(UNIQ_KEY=KEY)
+            assert d.stored("DupT", p) is None
+            r = store.put_message_nowait("DupT", 0, b"m", p)
+            d.remember("DupT", p, r)
+            if store.index_dispatched <= r.phys_offset:
+                assert store.find_key("DupT", KEY, 0) == []  # not indexed yet
+            m = d.stored("DupT", p)
+            assert m is not None and m["commit_log_offset"] == r.phys_offset
+            await store.catch_up_index()
+            assert store.index_dispatched >= r.phys_offset + r.wrote_bytes
+            m = d.stored("DupT", p)
+            assert m is not None and m["commit_log_offset"] == r.phys_offset
+            assert not d._recent, "an indexed send is still held in memory"
+            assert d.stored("DupT", props(UNIQ_KEY=OTHER)) is None
+            assert d.stored("OtherT", p) is None
+
+    arun(main())
+
+
+def test_keys_mode_for_clients_that_change_uniq_key_on_retry(arun, tmp_path):
+    """duplicateDetectionKey=KEYS: RocketMQ's C++ client makes a new UNIQ_KEY
+    for every attempt; the message's KEYS (all of them) identify it, its
+    UNIQ_KEY when it has none."""
+
+    async def main() -> None:
+        async with cluster(tmp_path, duplicate_detection=True, duplicate_detection_key="KEYS") as (
+            c,
+            cl,
+        ):
+            first = await send(cl, c.broker_addr, "DupT", b"m", 1, props(KEYS="o-1", UNIQ_KEY=KEY))
+            retry = await send(
+                cl, c.broker_addr, "DupT", b"m", 2, props(KEYS="o-1", UNIQ_KEY=OTHER)
+            )
+            assert fields_of(retry) == fields_of(first)
+            for p in (props(KEYS="o-1 o-2", UNIQ_KEY=OTHER), props(KEYS="o-2", UNIQ_KEY=KEY)):
+                r = await send(cl, c.broker_addr, "DupT", b"m", 3, p)
+                assert r.code == R.SUCCESS and r.ext_fields["queueId"] == "3", p
+            # no KEYS: the UNIQ_KEY decides
+            a = await send(cl, c.broker_addr, "DupT", b"m", 0, props(UNIQ_KEY="A" * 32))
+            b = await send(cl, c.broker_addr, "DupT", b"m", 0, props(UNIQ_KEY="A" * 32))
+            assert fields_of(a) == fields_of(b)
+            assert [await max_offset(cl, c.broker_addr, "DupT", q) for q in range(4)] == [
+                1,
+                1,
+                0,
+                2,
+            ]
+        with pytest.raises(ClientError, match="duplicateDetectionKey='ID'"):
+            BrokerConfig(duplicate_detection_key="ID")
 
     arun(main())

@@ -248,6 +248,8 @@ class SendMessageProcessor:
                 born_host=born_host_of(conn),
                 reconsume_times=reconsume,
             )
+            if self.dedup is not None:
+                self.dedup.remember(topic, props, r)
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
     def _send_half(
