@@ -574,10 +574,6 @@ class MessageStore:
     def look_message_by_offset(self, phys_offset: int) -> dict[str, Any]:
         return self.core.look_message_by_offset(phys_offset)
 
-    def offset_msg_id(self, phys_offset: int) -> str:
-        """The offsetMsgId of the record this store holds at phys_offset."""
-        return rmqcore.offset_msg_id(self._store_host, phys_offset)
-
     def look_message_by_offset_msg_id(self, msg_id: str) -> dict[str, Any]:
         """The message of an offsetMsgId stored by this store."""
         host, offset = decode_offset_msg_id(msg_id)

@@ -155,6 +155,9 @@ class BrokerRoles:
         ha = self.ha
         ha.epochs = self.epochs
         b.outer.set_ha_server_addr(f"{b.ip}:{ha.port}")
+        if b.dedup is not None:
+            # what the old master stored is found before the first send here
+            await b.dedup.start()
         self.slave = False
         b.send_processor.set_role(b.config.broker_role, ha)
         b.pull_processor.slave = False

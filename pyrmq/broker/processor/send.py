@@ -311,7 +311,7 @@ class SendMessageProcessor:
         answer = cmd.response(
             ResponseCode.SUCCESS,
             {
-                "msgId": self.store.offset_msg_id(m["commit_log_offset"]),
+                "msgId": rmqcore.offset_msg_id(m["store_host"], m["commit_log_offset"]),
                 "queueId": str(qid),
                 "queueOffset": str(m["queue_offset"]),
                 "MSG_REGION": "DefaultRegion",
