@@ -257,15 +257,8 @@ async def _fill(
         if all(s.lost.done() for s in senders):
             raise RuntimeError("fill: the broker closed every connection")
         await asyncio.sleep(0.005)
-    for s in senders:
-        s.sending = False
     secs = time.monotonic() - t0
-    drain = time.monotonic() + 30.0
-    while any(s.outstanding for s in senders) and time.monotonic() < drain:
-        await asyncio.sleep(0.005)
-    for s in senders:
-        if s.transport is not None:
-            s.transport.close()
+    await pl.stop_senders(senders, 30.0)
     ok = sum(s.ok for s in senders) * batch
     return {
         "msgs": ok,

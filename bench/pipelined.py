@@ -34,10 +34,35 @@ from pyrmq.storage import MessageStoreConfig
 CQ_UNITS = MessageStoreConfig().cq_units_per_file
 
 
+class NoDelayProtocol(asyncio.Protocol):
+    """A load connection: its transport once connected, Nagle off (every
+    request goes out at once)."""
+
+    transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def stop_senders(senders: list[Any], drain_s: float) -> None:
+    """Stop sending, let the outstanding answers arrive (at most drain_s),
+    close the connections."""
+    for s in senders:
+        s.sending = False
+    drain = time.monotonic() + drain_s
+    while any(s.outstanding for s in senders) and time.monotonic() < drain:
+        await asyncio.sleep(0.005)
+    for s in senders:
+        if s.transport is not None:
+            s.transport.close()
+
+
 # -- sending ---------------------------------------------------------------------------
 
 
-class Sender(asyncio.Protocol):
+class Sender(NoDelayProtocol):
     """Keeps `window` SEND_MESSAGE frames outstanding; each response frees a slot."""
 
     def __init__(self, ring: bytes, flen: int, window: int, start_frame: int) -> None:
@@ -51,13 +76,7 @@ class Sender(asyncio.Protocol):
         self.bad = 0
         self.sending = False
         self.outstanding = 0
-        self.transport: asyncio.Transport | None = None
         self.lost = asyncio.get_running_loop().create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.lost.done():
@@ -119,14 +138,7 @@ async def _send_proc(addr: str, ring: bytes, flen: int, conns: int, window: int,
     await asyncio.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
     t1, c1 = time.monotonic(), sum(s.ok for s in senders)
     cpu1 = time.process_time()
-    for s in senders:
-        s.sending = False
-    drain = time.monotonic() + 10.0
-    while any(s.outstanding for s in senders) and time.monotonic() < drain:
-        await asyncio.sleep(0.01)
-    for s in senders:
-        if s.transport is not None:
-            s.transport.close()
+    await stop_senders(senders, 10.0)
     return {"msgs": c1 - c0, "secs": t1 - t0, "total_ok": sum(s.ok for s in senders),
             "bad": sum(s.bad for s in senders), "gen_cpu_s": cpu1 - cpu0,
             "unanswered": sum(s.outstanding for s in senders)}
@@ -177,7 +189,7 @@ def count_records(body: bytes | bytearray | memoryview, start: int, end: int) ->
     return n
 
 
-class Puller(asyncio.Protocol):
+class Puller(NoDelayProtocol):
     def __init__(self, frames: list[bytes], window: int, done: asyncio.Future[None]) -> None:
         self.frames = frames
         self.window = window
@@ -188,12 +200,6 @@ class Puller(asyncio.Protocol):
         self.buf = bytearray()
         self.done = done
         self.t_end = 0.0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def start(self) -> None:
         self._send(min(self.window, len(self.frames)))

@@ -56,7 +56,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -67,6 +66,7 @@ import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
 from bench._children import LoadProcesses
+from bench.pipelined import NoDelayProtocol
 from pyrmq.testing.cluster import ProcessCluster
 
 TOPIC = "BenchScale"
@@ -114,7 +114,7 @@ class _Stats:
         self.lat = array.array("d")
 
 
-class _TimedSender(asyncio.Protocol):
+class _TimedSender(NoDelayProtocol):
     """Keeps `window` frames of the ring outstanding; records each answer's
     round trip while stats.measuring (answers on one connection come back in
     the order of the requests: the broker serves a connection in order)."""
@@ -133,12 +133,6 @@ class _TimedSender(asyncio.Protocol):
         self.ok = 0
         self.bad = 0
         self.sending = False
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def start(self) -> None:
         self.sending = True
