@@ -21,7 +21,8 @@ ALLOWED = {
     # the controller: remoting, common and pysyncobj; never storage or broker
     "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},
     "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
-    "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
+    # a tracing consumer writes its trace records with a Producer (as Java's)
+    "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client", "pyrmq.producer"},
     # helpers that start servers, and ask them how they are (a broker
     # group's roles) the way a client would
     "pyrmq.testing": {

@@ -32,6 +32,7 @@ from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
 from pyrmq.common.message import MessageExt
+from pyrmq.common.trace import TRACE_TOPIC
 
 #: mqadmin's time format for -s/-e (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS, local time)
 JAVA_TIME_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"
@@ -294,6 +295,29 @@ async def _pending_transactions(admin: AdminClient, a: argparse.Namespace) -> Ou
     return Output(as_json(found), text)
 
 
+async def _query_msg_trace_by_id(admin: AdminClient, a: argparse.Namespace) -> Output:
+    records = await admin.query_msg_trace(a.msg_id, a.trace_topic)
+    if not records:
+        raise QueryNotFoundError(
+            f"no trace of message {a.msg_id} in {a.trace_topic} (was it sent or consumed by a "
+            "client with message trace on?)"
+        )
+    rows = [
+        (
+            r.type,
+            r.group,
+            r.client_host,
+            fmt_time(r.timestamp),
+            r.cost_ms if r.type != "SubBefore" else "-",
+            "-" if r.type == "SubBefore" else ("success" if r.success else "failed"),
+            r.store_host or "-",
+        )
+        for r in records
+    ]
+    text = table(["Type", "Group", "ClientHost", "Time", "CostMs", "Status", "Broker"], rows)
+    return Output([dataclasses.asdict(r) for r in records], text)
+
+
 async def _consumer_progress(admin: AdminClient, a: argparse.Namespace) -> Output:
     p = await admin.consumer_progress(a.group, a.topic)
     text = table(
@@ -489,6 +513,12 @@ def _setup_pending_transactions(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _setup_query_msg_trace_by_id(p: argparse.ArgumentParser) -> None:
+    _opt(p, "-i", "msgId", dest="msg_id", required=True, help="the message's id (UNIQ_KEY)")
+    _opt(p, "-t", "traceTopic", "trace-topic", dest="trace_topic", default=TRACE_TOPIC,
+         help=f"the trace topic ({TRACE_TOPIC})")  # fmt: skip
+
+
 def _setup_consumer_progress(p: argparse.ArgumentParser) -> None:
     _group(p)
     _topic(p, required=False)
@@ -575,6 +605,13 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
         "a broker's runtime info",
         _setup_broker_status,
         _broker_status,
+    ),
+    (
+        "queryMsgTraceById",
+        "query-msg-trace-by-id",
+        "where a message went: its send and every group that consumed it",
+        _setup_query_msg_trace_by_id,
+        _query_msg_trace_by_id,
     ),
     (
         "pendingTransactions",

@@ -56,6 +56,8 @@ from pyrmq.common.message import Message, MessageExt, MessageQueue, decode_offse
 from pyrmq.common.results import PullStatus, SendResult
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, TBW102
+from pyrmq.common.trace import TRACE_TOPIC, TraceRecord
+from pyrmq.common.trace import decode as decode_trace
 from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -537,6 +539,27 @@ class AdminClient:
                     msgs.append(m)
         msgs.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
         return msgs[:max_num]
+
+    async def query_msg_trace(
+        self, msg_id: str, trace_topic: str = TRACE_TOPIC, max_num: int = 64
+    ) -> list[TraceRecord]:
+        """The trace records of a message (by its msgId, the UNIQ_KEY) in the
+        trace topic, oldest first: its sends (Pub) and every consumer group's
+        deliveries (SubBefore) and outcomes (SubAfter, given the group of
+        their SubBefore), with the host of the client that wrote each."""
+        records: list[TraceRecord] = []
+        for m in await self.query_msg_by_key(trace_topic, msg_id, max_num):
+            for r in decode_trace(m.body.decode("utf-8", "replace")):
+                if r.msg_id == msg_id:
+                    r.client_host = m.born_host
+                    records.append(r)
+        groups = {r.request_id: r.group for r in records if r.type == "SubBefore"}
+        for r in records:
+            if r.type == "SubAfter" and not r.group:
+                r.group = groups.get(r.request_id, "")
+        order = {"Pub": 0, "EndTransaction": 1, "SubBefore": 2, "SubAfter": 3}
+        records.sort(key=lambda r: (r.timestamp, order.get(r.type, 4)))
+        return records
 
     async def query_msg_by_offset(
         self, topic: str, broker_name: str, queue_id: int, offset: int

@@ -24,7 +24,7 @@ from pyrmq.broker.processor.pull import PullMessageProcessor
 from pyrmq.broker.processor.send import SendMessageProcessor
 from pyrmq.broker.registration import BrokerOuterAPI
 from pyrmq.broker.schedule import ScheduleMessageService
-from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.broker.transaction import (
     EndTransactionProcessor,
     TransactionalMessageCheckService,
@@ -143,6 +143,11 @@ class Broker:
             on_change=self._topics_changed,
             delay_levels=len(cfg.delay_levels_ms),
         )
+        if cfg.trace_topic_enable:
+            # where clients with message trace on write their records
+            self.topics.create_system_group_topic(
+                cfg.msg_trace_topic_name, 1, PERM_READ | PERM_WRITE
+            )
         self.offsets = ConsumerOffsetManager(os.path.join(root, "config", "consumerOffset.json"))
         channel_idle = cfg.client_channel_max_idle_time_ms / 1000
         self.consumers = ConsumerManager(self._notify_consumer_ids_changed, channel_idle)

@@ -128,6 +128,9 @@ class BrokerConfig:
     transaction_check_interval: int = 60_000
     #: refuse half messages (NO_PERMISSION), as RocketMQ's switch
     reject_transaction_message: bool = False
+    #: create the message trace topic (msgTraceTopicName, 1 queue) at start
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     #: pyrmq's exactly-once produce: a send whose UNIQ_KEY this broker stored
     #: in the topic within the window is answered with the first send's
     #: result, not stored again (pyrmq/broker/dedup.py)

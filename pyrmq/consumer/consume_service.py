@@ -33,6 +33,14 @@ from pyrmq.common.message import (
     MessageExt,
     MessageQueue,
 )
+from pyrmq.common.trace import (
+    CONSUME_EXCEPTION,
+    CONSUME_FAILED,
+    CONSUME_RETURN_NULL,
+    CONSUME_SUCCESS,
+    sub_after,
+    sub_before,
+)
 from pyrmq.consumer.process_queue import ProcessQueue
 from pyrmq.consumer.types import (
     ConsumeConcurrentlyContext,
@@ -53,6 +61,14 @@ LOCAL_RETRY_DELAY = 5.0
 LOCK_RETRY_DELAY = 0.1
 
 Listener = Callable[[list[MessageExt], Any], Any]
+
+
+#: listener answers that consumed the messages (None counts: CONSUME_SUCCESS)
+_SUCCESS = (
+    None,
+    ConsumeConcurrentlyStatus.CONSUME_SUCCESS,
+    ConsumeOrderlyStatus.SUCCESS,
+)
 
 
 class _ListenerRunner:
@@ -81,6 +97,25 @@ class _ListenerRunner:
             m.properties[PROPERTY_CONSUME_START_TIMESTAMP] = now
 
     async def call(self, msgs: list[MessageExt], ctx: Any) -> Any:
+        tracer = self.consumer.tracer
+        if tracer is None:
+            return await self._call(msgs, ctx)
+        before = sub_before(self.consumer.consumer_group, msgs)
+        for r in before:
+            tracer.append(r)
+        ok, code = False, CONSUME_EXCEPTION
+        try:
+            result = await self._call(msgs, ctx)
+            ok = result in _SUCCESS
+            code = (
+                CONSUME_RETURN_NULL if result is None else CONSUME_SUCCESS if ok else CONSUME_FAILED
+            )
+            return result
+        finally:
+            for r in sub_after(before, ok, code):
+                tracer.append(r)
+
+    async def _call(self, msgs: list[MessageExt], ctx: Any) -> Any:
         async with self.semaphore:
             if self.is_coroutine:
                 return await self.listener(msgs, ctx)

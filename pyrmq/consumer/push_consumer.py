@@ -40,6 +40,7 @@ from pyrmq.consumer.consume_service import (
 from pyrmq.consumer.process_queue import ProcessQueue
 from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
+from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger("pyrmq.consumer")
@@ -99,6 +100,8 @@ class PushConsumer(ConsumerBase):
         instance_name: str | None = None,
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
+        enable_msg_trace: bool = False,
+        custom_trace_topic: str | None = None,
     ) -> None:
         if not 1 <= consume_message_batch_max_size <= 1024:
             raise ValueError("consume_message_batch_max_size must be 1..1024")
@@ -135,6 +138,10 @@ class PushConsumer(ConsumerBase):
         self.rebalance: RebalanceImpl
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self.paused = False
+        #: enable_msg_trace: SubBefore/SubAfter records of every listener call
+        self.enable_msg_trace = enable_msg_trace
+        self.custom_trace_topic = custom_trace_topic
+        self.tracer: TraceDispatcher | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -214,6 +221,11 @@ class PushConsumer(ConsumerBase):
         self.client.request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset
         self.client.request_handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
         await self.client.start()
+        if self.enable_msg_trace:
+            self.tracer = TraceDispatcher(
+                self.client.namesrv_addrs, self.consumer_group, self.custom_trace_topic
+            )
+            await self.tracer.start()
         self._state = "RUNNING"
         for topic in list(subs):
             try:
@@ -252,6 +264,8 @@ class PushConsumer(ConsumerBase):
                 self.await_termination_seconds,
             )
         await self._persist_offsets()
+        if self.tracer is not None:
+            await self.tracer.shutdown()
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             await self.rebalance.unlock(list(self.rebalance.process_queue_table))
         for pq in self.rebalance.process_queue_table.values():

@@ -38,6 +38,7 @@ from pyrmq.common.route import TopicPublishInfo, TopicRouteData
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
+from pyrmq.producer.trace import TraceDispatcher, pub_record
 from pyrmq.remoting import RemotingCommand, ResponseCode
 
 log = logging.getLogger("pyrmq.producer")
@@ -109,6 +110,8 @@ class Producer:
         instance_name: str | None = None,
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
+        enable_msg_trace: bool = False,
+        custom_trace_topic: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
@@ -137,6 +140,11 @@ class Producer:
         self._idle: asyncio.Event | None = None
         self._state = "CREATED"
         self._heartbeat_sent = False
+        #: enable_msg_trace: Pub records of successful sends to the trace
+        #: topic (RMQ_SYS_TRACE_TOPIC or custom_trace_topic), off the send path
+        self.enable_msg_trace = enable_msg_trace
+        self.custom_trace_topic = custom_trace_topic
+        self.tracer: TraceDispatcher | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -161,6 +169,11 @@ class Producer:
         self.client.producer_data = [{"groupName": self.producer_group}]
         self.client.members.append(self)
         await self.client.start()
+        if self.enable_msg_trace:
+            self.tracer = TraceDispatcher(
+                self.client.namesrv_addrs, self.producer_group, self.custom_trace_topic
+            )
+            await self.tracer.start()
         self._state = "RUNNING"
 
     async def shutdown(self) -> None:
@@ -178,6 +191,8 @@ class Producer:
             except TimeoutError:
                 log.warning("%d async send(s) still unanswered at shutdown", self._inflight)
         try:
+            if self.tracer is not None:
+                await self.tracer.shutdown()
             await self.client.unregister(producer_group=self.producer_group)
         finally:
             await self.client.shutdown()
@@ -521,6 +536,8 @@ class Producer:
         topic, uniq, mq, selector = job.topic, job.uniq, job.mq, job.selector
         loop = asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
+        if self.tracer is not None and not job.batch:
+            out.add_done_callback(functools.partial(self._trace_pub, job, int(time.time() * 1000)))
         info = self.topic_publish_info_table.get(topic)
         conn = None
         if (
@@ -610,6 +627,15 @@ class Producer:
         except RemotingError as e:
             done(None, e)
         return out
+
+    def _trace_pub(self, job: _SendJob, began_ms: int, fut: asyncio.Future[SendResult]) -> None:
+        """The Pub record of a send that got an answer (RocketMQ traces no
+        send without one)."""
+        if fut.cancelled() or fut.exception() is not None or self.tracer is None:
+            return
+        r = fut.result()
+        addr = self.client.find_broker_addr(r.message_queue.broker_name) or ""
+        self.tracer.append(pub_record(job.msg, r, self.producer_group, addr, began_ms))
 
     def _settle(
         self,

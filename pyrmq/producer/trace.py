@@ -1,0 +1,177 @@
+"""TraceDispatcher: writes a client's trace records to the trace topic,
+asynchronously and in batches (RocketMQ's AsyncTraceDispatcher).
+
+A producer or push consumer with ``enable_msg_trace=True`` hands its
+records (pyrmq.common.trace) to ``append``, which only queues them: a
+background task sends them, every ``flush_interval`` seconds or as soon as
+``batch_size`` are queued, as messages of at most ``max_body`` bytes to the
+trace topic through a Producer of its own (group
+``_INNER_TRACE_PRODUCER-<group>``), with send_async. Nothing a trace does
+slows or fails the user's send or listener: a full queue
+(``max_pending``) drops records (counted in ``dropped``), a failed trace
+send is logged and counted (``failed``), and shutdown flushes for at most
+``shutdown_timeout`` seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyrmq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    Message,
+)
+from pyrmq.common.results import SendResult, SendStatus
+from pyrmq.common.trace import (
+    DEFAULT_REGION,
+    DELAY_MSG,
+    NORMAL_MSG,
+    TRACE_PRODUCER_GROUP_PREFIX,
+    TRACE_TOPIC,
+    TRANS_MSG_HALF,
+    TraceRecord,
+)
+
+log = logging.getLogger("pyrmq.client")
+
+
+def pub_record(
+    msg: Message, r: SendResult, group: str, store_host: str, began_ms: int
+) -> TraceRecord:
+    """The Pub record of a send of msg that got the answer r."""
+    props = msg.properties
+    if PROPERTY_TRANSACTION_PREPARED in props:
+        msg_type = TRANS_MSG_HALF
+    elif PROPERTY_DELAY_TIME_LEVEL in props:
+        msg_type = DELAY_MSG
+    else:
+        msg_type = NORMAL_MSG
+    return TraceRecord(
+        "Pub",
+        r.msg_id,
+        began_ms,
+        r.region_id or DEFAULT_REGION,
+        group,
+        msg.topic,
+        props.get(PROPERTY_TAGS, ""),
+        props.get(PROPERTY_KEYS, ""),
+        store_host,
+        len(msg.body),
+        int(time.time() * 1000) - began_ms,
+        msg_type,
+        r.offset_msg_id,
+        r.send_status is SendStatus.SEND_OK,
+    )
+
+
+class TraceDispatcher:
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str] | None,
+        group: str,
+        trace_topic: str | None = None,
+        *,
+        batch_size: int = 100,
+        max_body: int = 128_000,
+        flush_interval: float = 0.1,
+        max_pending: int = 20_000,
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        # imported here: producer.py starts a TraceDispatcher of its own
+        from pyrmq.producer.producer import Producer
+
+        self.trace_topic = trace_topic or TRACE_TOPIC
+        self.batch_size = batch_size
+        self.max_body = max_body
+        self.flush_interval = flush_interval
+        self.max_pending = max_pending
+        self.shutdown_timeout = shutdown_timeout
+        self.producer = Producer(
+            f"{TRACE_PRODUCER_GROUP_PREFIX}-{group}"[:255],
+            namesrv_addr,
+            retry_times_when_send_async_failed=1,
+        )
+        self._pending: list[TraceRecord] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Future[Any]] = set()
+        #: records dropped (queue full), trace messages sent and failed
+        self.dropped = 0
+        self.sent = 0
+        self.failed = 0
+
+    async def start(self) -> None:
+        await self.producer.start()
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name="pyrmq:trace:dispatch"
+        )
+
+    def append(self, record: TraceRecord) -> None:
+        """Queue a record (never blocks, never raises)."""
+        if len(self._pending) >= self.max_pending:
+            self.dropped += 1
+            return
+        self._pending.append(record)
+        if len(self._pending) >= self.batch_size:
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.flush_interval):
+                    await self._wake.wait()
+            self._wake.clear()
+            self._flush()
+
+    def _flush(self) -> None:
+        records, self._pending = self._pending, []
+        body: list[str] = []
+        size = 0
+        keys: dict[str, None] = {}
+        for r in records:
+            data = r.encode()
+            if body and size + len(data) > self.max_body:
+                self._send("".join(body), keys)
+                body, size, keys = [], 0, {}
+            body.append(data)
+            size += len(data)
+            keys.update(dict.fromkeys(r.trace_keys()))
+        if body:
+            self._send("".join(body), keys)
+
+    def _send(self, data: str, keys: dict[str, None]) -> None:
+        msg = Message(self.trace_topic, data.encode(), keys=list(keys))
+        try:
+            fut = self.producer.send_async(msg, self._sent)
+        except Exception as e:  # not started, shut down, a bad topic
+            self.failed += 1
+            log.warning("trace: %d bytes of trace records not sent: %s", len(data), e)
+            return
+        self._inflight.add(fut)
+        fut.add_done_callback(self._inflight.discard)
+
+    def _sent(self, result: Any, exc: BaseException | None) -> None:
+        if exc is None:
+            self.sent += 1
+        else:
+            self.failed += 1
+            log.warning("trace: a trace message to %s failed: %s", self.trace_topic, exc)
+
+    async def shutdown(self) -> None:
+        """Send what is queued (bounded in time), then stop."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._flush()
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=self.shutdown_timeout)
+        await self.producer.shutdown()

@@ -1,0 +1,190 @@
+"""Message trace: producers and push consumers with enable_msg_trace write
+RocketMQ-format trace records (Pub, SubBefore, SubAfter) to the trace
+topic, and `pyrmq admin queryMsgTraceById` shows a message's path. Real
+NameServer + Broker (LocalCluster, traceTopicEnable) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from asyncio.subprocess import PIPE
+from typing import Any
+
+from pyrmq.admin import AdminClient
+from pyrmq.client.api import MQClientAPI
+from pyrmq.common.message import Message, MessageExt, MessageQueue
+from pyrmq.common.trace import CONTENT_SPLITOR, FIELD_SPLITOR, TRACE_TOPIC, TraceRecord, decode
+from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+from pyrmq.producer import Producer
+from pyrmq.remoting import RemotingClient
+from pyrmq.testing import LocalCluster
+from tests._reading import read_queue
+from tests._waiting import wait_until
+
+TOPIC = "TraceT"
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+def test_record_format_is_rocketmqs():
+    """The fields and separators of TraceDataEncoder, both ways; 'null' for
+    what Java leaves unset; older, shorter Pub records still read."""
+    pub = TraceRecord("Pub", "ID1", 1700000000000, "DefaultRegion", "PG", "T", "TagA", "",
+                      "1.2.3.4:10911", 5, 3, 0, "OFFSETID", True)  # fmt: skip
+    text = pub.encode()
+    assert text == CONTENT_SPLITOR.join(
+        ["Pub", "1700000000000", "DefaultRegion", "PG", "T", "ID1", "TagA", "null",
+         "1.2.3.4:10911", "5", "3", "0", "OFFSETID", "true"]
+    ) + FIELD_SPLITOR  # fmt: skip
+    after = TraceRecord("SubAfter", "ID1", 1700000000009, request_id="R1", cost_ms=4,
+                        success=False, keys="k1", context_code=4)  # fmt: skip
+    assert after.encode() == CONTENT_SPLITOR.join(
+        ["SubAfter", "R1", "ID1", "4", "false", "k1", "4", "1700000000009"]
+    ) + FIELD_SPLITOR  # fmt: skip
+    (p, a) = decode(text + after.encode())
+    assert (p.type, p.msg_id, p.group, p.store_host, p.success, p.keys) == (
+        "Pub",
+        "ID1",
+        "PG",
+        "1.2.3.4:10911",
+        True,
+        "",
+    )
+    assert (a.request_id, a.cost_ms, a.success, a.context_code) == ("R1", 4, False, 4)
+    old_pub = CONTENT_SPLITOR.join(
+        ["Pub", "1", "R", "G", "T", "ID2", "t", "k", "h", "1", "2", "0", "true"]
+    )
+    (o,) = decode(old_pub + FIELD_SPLITOR + "Bogus" + CONTENT_SPLITOR + "x" + FIELD_SPLITOR)
+    assert o.msg_id == "ID2" and o.success and o.offset_msg_id == ""
+
+
+async def _pyrmq(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pyrmq", *args, stdout=PIPE, stderr=PIPE
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def _consumer(
+    ns: str, group: str, got: list[tuple[str, MessageExt]], fail_first: bool
+) -> PushConsumer:
+    failed: set[str] = set()
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        for m in msgs:
+            if fail_first and m.msg_id not in failed:
+                failed.add(m.msg_id)
+                return ConsumeConcurrentlyStatus.RECONSUME_LATER
+            got.append((group, m))
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(group, ns, consume_from_where=FIRST, enable_msg_trace=True)
+    c.subscribe(TOPIC, "*")
+    c.register_message_listener(listener)
+    return c
+
+
+def test_a_message_trace_shows_its_send_and_every_group(tmp_path, arun):
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"), trace_topic_enable=True)
+        await c.start()
+        try:
+            ns = c.namesrv_addr
+            got: list[tuple[str, MessageExt]] = []
+            ca = _consumer(ns, "CG-a", got, fail_first=False)
+            cb = _consumer(ns, "CG-b", got, fail_first=True)  # retried once
+            async with Producer("PG-trace", ns, enable_msg_trace=True) as p:
+                r = await p.send(Message(TOPIC, b"order", tags="TagA", keys="order-42"))
+                untraced = await p.send(Message(TOPIC, b"x"))
+                async with ca, cb:
+                    await wait_until(
+                        lambda: len(got) >= 4, "both groups' deliveries", stall_after=30
+                    )
+            async with AdminClient(ns) as admin:
+
+                async def traced() -> bool:
+                    recs = await admin.query_msg_trace(r.msg_id)
+                    return len([x for x in recs if x.type == "SubAfter"]) >= 3
+
+                await wait_until(traced, "the trace records", stall_after=20)
+                recs = await admin.query_msg_trace(r.msg_id)
+            (pub,) = [x for x in recs if x.type == "Pub"]
+            assert (pub.group, pub.topic, pub.tags, pub.keys) == (
+                "PG-trace",
+                TOPIC,
+                "TagA",
+                "order-42",
+            )
+            assert pub.store_host == c.broker_addr and pub.success and pub.body_length == 5
+            assert pub.offset_msg_id == r.offset_msg_id and pub.client_host
+            before = {(x.group, x.retry_times) for x in recs if x.type == "SubBefore"}
+            assert before == {("CG-a", 0), ("CG-b", 0), ("CG-b", 1)}
+            after = sorted((x.group, x.success) for x in recs if x.type == "SubAfter")
+            assert after == [("CG-a", True), ("CG-b", False), ("CG-b", True)]
+            assert all(x.msg_id == r.msg_id for x in recs)
+            # every record is in the trace topic, keyed by the message id
+            remoting = RemotingClient(name="trace-reader")
+            try:
+                api = MQClientAPI(remoting, [ns])
+                raw = await read_queue(api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0))
+            finally:
+                await remoting.shutdown()
+            assert any(r.msg_id in m.keys for m in raw)
+            assert any(untraced.msg_id in m.keys for m in raw)
+            # the CLI, as a user runs it
+            rc, out, err = await _pyrmq("admin", "queryMsgTraceById", "-n", ns, "-i", r.msg_id)
+            assert rc == 0, err
+            assert "Pub" in out and "PG-trace" in out and "CG-a" in out and "CG-b" in out
+            assert "failed" in out and "success" in out
+            rc, out, err = await _pyrmq(
+                "admin", "queryMsgTraceById", "-n", ns, "-i", r.msg_id, "--json"
+            )
+            assert rc == 0 and {x["type"] for x in json.loads(out)} == {
+                "Pub",
+                "SubBefore",
+                "SubAfter",
+            }
+            rc, out, err = await _pyrmq("admin", "queryMsgTraceById", "-n", ns, "-i", "NOPE")
+            assert rc == 1 and "no trace of message NOPE" in err and "Traceback" not in err
+        finally:
+            await c.shutdown()
+
+    arun(main(), timeout=120)
+
+
+def test_tracing_never_fails_a_send(tmp_path, arun):
+    """No trace topic and no auto-creation: the trace writes fail, counted
+    and logged; the user's sends all succeed."""
+
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store")) as c:
+            async with Producer("PG-x", c.namesrv_addr) as setup:
+                await setup.send(Message(TOPIC, b"route"))
+            c.broker.topics.table.pop("TBW102")  # type: ignore[union-attr]
+            async with Producer("PG-t", c.namesrv_addr, enable_msg_trace=True) as p:
+                for i in range(20):
+                    assert (await p.send(Message(TOPIC, f"m{i}".encode()))).ok
+                tracer = p.tracer
+                assert tracer is not None
+                await wait_until(lambda: tracer.failed > 0, "a failed trace write", stall_after=20)
+            assert tracer.sent == 0
+
+    arun(main(), timeout=90)
+
+
+def test_trace_is_off_by_default(tmp_path, arun):
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c:
+            async with Producer("PG-off", c.namesrv_addr) as p:
+                await p.send(Message(TOPIC, b"quiet"))
+                assert p.tracer is None
+            await asyncio.sleep(0.3)
+            assert c.broker.store.max_offset_in_queue(TRACE_TOPIC, 0) == 0  # type: ignore[union-attr]
+
+    arun(main(), timeout=60)
