@@ -11,6 +11,9 @@ noisy moment on a shared machine hurts every case alike):
   committing (the half message, its answer, END_TRANSACTION oneway; RT
   runs from the half message to END_TRANSACTION written);
 - ``async``: pipelined, ``send_async`` with 64 sends in flight;
+- ``sync`` and ``async`` with message trace on (``--trace``: a Pub record
+  per send, written by the producer's trace dispatcher to
+  RMQ_SYS_TRACE_TOPIC, auto-created; its messages are not counted);
 - the same ``sync`` and ``async`` against the dedup broker.
 
 Per case: the median over the rounds of messages/s and of the RT
@@ -41,17 +44,21 @@ from bench import broker_load as bl
 
 TOPIC = "BenchSendFeatures"
 QUEUES = 8
-#: case -> (broker, pyrmq bench produce --mode, the case it is compared with)
-CASES = {
-    "sync": ("plain", "sync", "sync"),
-    "transaction": ("plain", "transaction", "sync"),
-    "async": ("plain", "async", "async"),
-    "dedup_sync": ("dedup", "sync", "sync"),
-    "dedup_async": ("dedup", "async", "async"),
+#: case -> (broker, pyrmq bench produce --mode, the case it is compared with, more options)
+CASES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "sync": ("plain", "sync", "sync", ()),
+    "transaction": ("plain", "transaction", "sync", ()),
+    "traced_sync": ("plain", "sync", "sync", ("--trace",)),
+    "async": ("plain", "async", "async", ()),
+    "traced_async": ("plain", "async", "async", ("--trace",)),
+    "dedup_sync": ("dedup", "sync", "sync", ()),
+    "dedup_async": ("dedup", "async", "async", ()),
 }
 LABELS = {
     "sync": "plain send, awaited",
     "transaction": "transactional send (commit), awaited",
+    "traced_sync": "message trace on, awaited",
+    "traced_async": "message trace on, pipelined",
     "async": "plain send, pipelined",
     "dedup_sync": "duplicateDetection, awaited",
     "dedup_async": "duplicateDetection, pipelined",
@@ -59,10 +66,13 @@ LABELS = {
 BROKERS = {"plain": {}, "dedup": {"duplicateDetection": "true"}}
 
 
-def produce(namesrv: str, mode: str, seconds: float, body: int) -> dict[str, Any]:
+def produce(
+    namesrv: str, mode: str, seconds: float, body: int, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One `pyrmq bench produce` run; its JSON summary."""
     cmd = [sys.executable, "-m", "pyrmq", "bench", "produce", "-n", namesrv, "-t", TOPIC,
-           "--mode", mode, "-d", str(seconds), "-s", str(body), "-q", "--json", "-"]  # fmt: skip
+           "--mode", mode, "-d", str(seconds), "-s", str(body), "-q", "--json", "-",
+           *extra]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if out.returncode != 0:
         raise RuntimeError(f"pyrmq bench produce --mode {mode} failed: {out.stderr[-2000:]}")
@@ -86,8 +96,8 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
             bl.create_topic(srvs[name].broker, TOPIC, QUEUES)
             bl.wait_route(srvs[name].namesrv, TOPIC)
         for _ in range(rounds):
-            for case, (broker, mode, _) in CASES.items():
-                s = produce(srvs[broker].namesrv, mode, seconds, body)["produce"]
+            for case, (broker, mode, _, extra) in CASES.items():
+                s = produce(srvs[broker].namesrv, mode, seconds, body, extra)["produce"]
                 runs[case].append(s)
                 print(f"{case}: {s['msgs_per_s']:,.0f} msg/s, p99 {s['rt_ms']['p99']} ms",
                       file=sys.stderr)  # fmt: skip

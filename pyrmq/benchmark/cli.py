@@ -147,6 +147,11 @@ def add_arguments(sub: Any) -> None:
         "transaction committing (RT: half message to END_TRANSACTION) (sync)",
     )
     pr.add_argument("--processes", type=_positive, default=1, help="producer processes (1)")
+    pr.add_argument(
+        "--trace",
+        action="store_true",
+        help="message trace on (enable_msg_trace): what tracing costs a producer",
+    )
 
     co = bsub.add_parser(
         "consume",

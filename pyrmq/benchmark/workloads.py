@@ -105,6 +105,7 @@ def _producer(args: argparse.Namespace) -> Producer:
     kw: dict[str, Any] = {
         "send_msg_timeout": args.timeout,
         "compress_msg_body_over_howmuch": MAX_BODY + 1,
+        "enable_msg_trace": getattr(args, "trace", False),
     }
     if getattr(args, "mode", None) == "transaction":
         return TransactionProducer(

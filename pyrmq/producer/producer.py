@@ -38,7 +38,7 @@ from pyrmq.common.route import TopicPublishInfo, TopicRouteData
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
-from pyrmq.producer.trace import TraceDispatcher, pub_record
+from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, ResponseCode
 
 log = logging.getLogger("pyrmq.producer")
@@ -537,7 +537,9 @@ class Producer:
         loop = asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
         if self.tracer is not None and not job.batch:
-            out.add_done_callback(functools.partial(self._trace_pub, job, int(time.time() * 1000)))
+            callback = self.tracer.pub_callback(
+                job.msg, self.producer_group, self.client.find_broker_addr, callback
+            )
         info = self.topic_publish_info_table.get(topic)
         conn = None
         if (
@@ -627,15 +629,6 @@ class Producer:
         except RemotingError as e:
             done(None, e)
         return out
-
-    def _trace_pub(self, job: _SendJob, began_ms: int, fut: asyncio.Future[SendResult]) -> None:
-        """The Pub record of a send that got an answer (RocketMQ traces no
-        send without one)."""
-        if fut.cancelled() or fut.exception() is not None or self.tracer is None:
-            return
-        r = fut.result()
-        addr = self.client.find_broker_addr(r.message_queue.broker_name) or ""
-        self.tracer.append(pub_record(job.msg, r, self.producer_group, addr, began_ms))
 
     def _settle(
         self,

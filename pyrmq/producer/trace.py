@@ -6,7 +6,7 @@ records (pyrmq.common.trace) to ``append``, which only queues them: a
 background task sends them, every ``flush_interval`` seconds or as soon as
 ``batch_size`` are queued, as messages of at most ``max_body`` bytes to the
 trace topic through a Producer of its own (group
-``_INNER_TRACE_PRODUCER-<group>``), with send_async. Nothing a trace does
+``_INNER_TRACE_PRODUCER-<group>``), with send_async, uncompressed. Nothing a trace does
 slows or fails the user's send or listener: a full queue
 (``max_pending``) drops records (counted in ``dropped``), a failed trace
 send is logged and counted (``failed``), and shutdown flushes for at most
@@ -18,8 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyrmq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -37,15 +37,24 @@ from pyrmq.common.trace import (
     TRACE_TOPIC,
     TRANS_MSG_HALF,
     TraceRecord,
+    encode_pub,
 )
+
+if TYPE_CHECKING:
+    from pyrmq.producer.producer import SendCallback
 
 log = logging.getLogger("pyrmq.client")
 
 
-def pub_record(
-    msg: Message, r: SendResult, group: str, store_host: str, began_ms: int
-) -> TraceRecord:
-    """The Pub record of a send of msg that got the answer r."""
+#: what a Pub record is made from: message, answer, group, broker, start
+#: and end (ms)
+_Pub = tuple[Message, SendResult, str, str, int, int]
+
+
+def _encode_pub(
+    msg: Message, r: SendResult, group: str, addr: str, began: int, ended: int
+) -> tuple[str, list[str]]:
+    """A Pub record and its trace keys."""
     props = msg.properties
     if PROPERTY_TRANSACTION_PREPARED in props:
         msg_type = TRANS_MSG_HALF
@@ -53,22 +62,13 @@ def pub_record(
         msg_type = DELAY_MSG
     else:
         msg_type = NORMAL_MSG
-    return TraceRecord(
-        "Pub",
-        r.msg_id,
-        began_ms,
-        r.region_id or DEFAULT_REGION,
-        group,
-        msg.topic,
-        props.get(PROPERTY_TAGS, ""),
-        props.get(PROPERTY_KEYS, ""),
-        store_host,
-        len(msg.body),
-        int(time.time() * 1000) - began_ms,
-        msg_type,
-        r.offset_msg_id,
-        r.send_status is SendStatus.SEND_OK,
-    )
+    keys = props.get(PROPERTY_KEYS, "")
+    data = encode_pub(
+        began, r.region_id or DEFAULT_REGION, group, msg.topic, r.msg_id,
+        props.get(PROPERTY_TAGS, ""), keys, addr, len(msg.body), ended - began, msg_type,
+        r.offset_msg_id, r.send_status is SendStatus.SEND_OK,
+    )  # fmt: skip
+    return data, [r.msg_id, keys] if keys else [r.msg_id]
 
 
 class TraceDispatcher:
@@ -78,7 +78,7 @@ class TraceDispatcher:
         group: str,
         trace_topic: str | None = None,
         *,
-        batch_size: int = 100,
+        batch_size: int = 500,
         max_body: int = 128_000,
         flush_interval: float = 0.1,
         max_pending: int = 20_000,
@@ -97,8 +97,12 @@ class TraceDispatcher:
             f"{TRACE_PRODUCER_GROUP_PREFIX}-{group}"[:255],
             namesrv_addr,
             retry_times_when_send_async_failed=1,
+            # not compressed: zlib would cost the traced process more than
+            # the bytes it saves (the records are short, their ids random)
+            compress_msg_body_over_howmuch=max_body + 1,
+            max_message_size=max(max_body, 4 << 20),
         )
-        self._pending: list[TraceRecord] = []
+        self._pending: list[TraceRecord | _Pub] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
@@ -113,7 +117,7 @@ class TraceDispatcher:
             self._loop(), name="pyrmq:trace:dispatch"
         )
 
-    def append(self, record: TraceRecord) -> None:
+    def append(self, record: TraceRecord | _Pub) -> None:
         """Queue a record (never blocks, never raises)."""
         if len(self._pending) >= self.max_pending:
             self.dropped += 1
@@ -121,6 +125,27 @@ class TraceDispatcher:
         self._pending.append(record)
         if len(self._pending) >= self.batch_size:
             self._wake.set()
+
+    def pub_callback(
+        self,
+        msg: Message,
+        group: str,
+        broker_addr: Callable[[str], str | None],
+        callback: SendCallback | None,
+    ) -> SendCallback:
+        """A send callback that queues the send's Pub record (what it needs,
+        encoded later by the dispatcher), then calls `callback`. A send
+        without an answer is not traced, as in RocketMQ."""
+        began = int(time.time() * 1000)
+
+        def traced(result: SendResult | None, exc: BaseException | None) -> None:
+            if result is not None:
+                addr = broker_addr(result.message_queue.broker_name) or ""
+                self.append((msg, result, group, addr, began, int(time.time() * 1000)))
+            if callback is not None:
+                callback(result, exc)
+
+        return traced
 
     async def _loop(self) -> None:
         while True:
@@ -136,13 +161,16 @@ class TraceDispatcher:
         size = 0
         keys: dict[str, None] = {}
         for r in records:
-            data = r.encode()
+            if isinstance(r, tuple):
+                data, rkeys = _encode_pub(*r)
+            else:
+                data, rkeys = r.encode(), r.trace_keys()
             if body and size + len(data) > self.max_body:
                 self._send("".join(body), keys)
                 body, size, keys = [], 0, {}
             body.append(data)
             size += len(data)
-            keys.update(dict.fromkeys(r.trace_keys()))
+            keys.update(dict.fromkeys(rkeys))
         if body:
             self._send("".join(body), keys)
 
