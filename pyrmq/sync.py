@@ -299,7 +299,7 @@ class TransactionProducer(Producer):
             )
         else:
             state = LocalTransactionState.ROLLBACK_MESSAGE
-        self._run(self._obj.end_transaction_or_log(result, state, remark))
+        self._run(self._obj.end_transaction_or_log(result, state, remark, msg))
         return _tx.transaction_result(result, state)
 
 

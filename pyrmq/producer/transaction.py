@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
@@ -28,7 +29,9 @@ import rmqcore
 from pyrmq.common.errors import ClientError, RMQError, StoreError
 from pyrmq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
@@ -41,6 +44,7 @@ from pyrmq.common.results import (
     SendStatus,
     TransactionSendResult,
 )
+from pyrmq.common.trace import DEFAULT_REGION, TRANS_MSG_COMMIT, TraceRecord
 from pyrmq.producer.producer import Producer
 from pyrmq.remoting import Connection, RemotingCommand, RequestCode
 
@@ -150,7 +154,7 @@ class TransactionProducer(Producer):
             )
         else:
             state = LocalTransactionState.ROLLBACK_MESSAGE
-        await self.end_transaction_or_log(result, state, remark)
+        await self.end_transaction_or_log(result, state, remark, msg)
         return transaction_result(result, state)
 
     async def send_half_message(self, msg: Message) -> SendResult:
@@ -169,13 +173,17 @@ class TransactionProducer(Producer):
         return result
 
     async def end_transaction_or_log(
-        self, result: SendResult, state: LocalTransactionState, remark: str = ""
+        self,
+        result: SendResult,
+        state: LocalTransactionState,
+        remark: str = "",
+        msg: Message | None = None,
     ) -> None:
         """end_transaction; when it cannot be sent (the broker went away),
         logged, not raised, as Java's client does: the outcome is the local
         transaction's, and the broker's check-back asks for it again."""
         try:
-            await self.end_transaction(result, state, remark)
+            await self.end_transaction(result, state, remark, msg)
         except (RMQError, OSError) as e:
             log.warning(
                 "transaction %s is %s, but END_TRANSACTION was not sent (%s); the broker will "
@@ -186,9 +194,14 @@ class TransactionProducer(Producer):
             )
 
     async def end_transaction(
-        self, result: SendResult, state: LocalTransactionState, remark: str = ""
+        self,
+        result: SendResult,
+        state: LocalTransactionState,
+        remark: str = "",
+        msg: Message | None = None,
     ) -> None:
-        """END_TRANSACTION (oneway) for a half message sent by this producer."""
+        """END_TRANSACTION (oneway) for a half message sent by this producer
+        (msg: it, for the EndTransaction trace record)."""
         addr = await self.client.find_broker_addr_or_refresh(
             result.message_queue.broker_name, result.message_queue.topic
         )
@@ -205,6 +218,38 @@ class TransactionProducer(Producer):
             remark=remark,
         )
         await self.client.remoting.invoke_oneway(addr, cmd)
+        if msg is not None:
+            self._trace_end(msg, result.msg_id, cmd, addr, state)
+
+    def _trace_end(
+        self,
+        msg: Message,
+        msg_id: str,
+        cmd: RemotingCommand,
+        addr: str,
+        state: LocalTransactionState,
+    ) -> None:
+        """The EndTransaction trace record of an END_TRANSACTION sent."""
+        if self.tracer is None:
+            return
+        props = msg.properties
+        self.tracer.append(
+            TraceRecord(
+                "EndTransaction",
+                msg_id,
+                int(time.time() * 1000),
+                DEFAULT_REGION,
+                self.producer_group,
+                msg.topic,
+                props.get(PROPERTY_TAGS, ""),
+                props.get(PROPERTY_KEYS, ""),
+                addr,
+                msg_type=TRANS_MSG_COMMIT,
+                transaction_id=cmd.ext_fields["transactionId"],
+                transaction_state=state.name,
+                from_check=cmd.ext_fields["fromTransactionCheck"] == "true",
+            )
+        )
 
     def _end_command(
         self,
@@ -267,14 +312,15 @@ class TransactionProducer(Producer):
             self.transaction_listener.check_local_transaction, msg, what="check_local_transaction"
         )
         if conn.is_open:
-            conn.invoke_oneway(
-                self._end_command(
-                    table_offset,
-                    commit_log_offset,
-                    state,
-                    msg_id=msg.unique_key or f.get("msgId", ""),
-                    transaction_id=transaction_id,
-                    from_check=True,
-                    remark=remark,
-                )
+            msg_id = msg.unique_key or f.get("msgId", "")
+            end = self._end_command(
+                table_offset,
+                commit_log_offset,
+                state,
+                msg_id=msg_id,
+                transaction_id=transaction_id,
+                from_check=True,
+                remark=remark,
             )
+            conn.invoke_oneway(end)
+            self._trace_end(msg, msg_id, end, conn.peer, state)

@@ -14,9 +14,10 @@ from typing import Any
 from pyrmq.admin import AdminClient
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.message import Message, MessageExt, MessageQueue
+from pyrmq.common.results import LocalTransactionState
 from pyrmq.common.trace import CONTENT_SPLITOR, FIELD_SPLITOR, TRACE_TOPIC, TraceRecord, decode
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
-from pyrmq.producer import Producer
+from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 from tests._reading import read_queue
@@ -188,3 +189,44 @@ def test_trace_is_off_by_default(tmp_path, arun):
             assert c.broker.store.max_offset_in_queue(TRACE_TOPIC, 0) == 0  # type: ignore[union-attr]
 
     arun(main(), timeout=60)
+
+
+def test_a_transactional_message_trace_shows_its_end(tmp_path, arun):
+    """A traced TransactionProducer: the half message's Pub (type 1) and an
+    EndTransaction record for the producer's UNKNOW and for the check's
+    COMMIT_MESSAGE."""
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    async def main() -> None:
+        settings = {"trace_topic_enable": True, "transaction_check_interval": 200,
+                    "transaction_time_out": 300}  # fmt: skip
+        async with LocalCluster(str(tmp_path / "store"), **settings) as c:
+            ns = c.namesrv_addr
+            async with Producer("PG-setup", ns) as setup:
+                await setup.send(Message(TOPIC, b"route"))
+            async with TransactionProducer(
+                "PG-tx-trace", ns, transaction_listener=Listener(), enable_msg_trace=True
+            ) as p:
+                r = await p.send_message_in_transaction(Message(TOPIC, b"tx", keys="o-7"))
+                async with AdminClient(ns) as admin:
+
+                    async def ended() -> bool:
+                        recs = await admin.query_msg_trace(r.msg_id)
+                        return len([x for x in recs if x.type == "EndTransaction"]) == 2
+
+                    await wait_until(ended, "both EndTransaction records", stall_after=20)
+                    recs = await admin.query_msg_trace(r.msg_id)
+            (pub,) = [x for x in recs if x.type == "Pub"]
+            assert pub.msg_type == 1 and pub.keys == "o-7"
+            ends = sorted(
+                (x.transaction_state, x.from_check) for x in recs if x.type == "EndTransaction"
+            )
+            assert ends == [("COMMIT_MESSAGE", True), ("UNKNOW", False)]
+
+    arun(main(), timeout=90)
