@@ -536,10 +536,6 @@ class Producer:
         topic, uniq, mq, selector = job.topic, job.uniq, job.mq, job.selector
         loop = asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
-        if self.tracer is not None and not job.batch:
-            callback = self.tracer.pub_callback(
-                job.msg, self.producer_group, self.client.find_broker_addr, callback
-            )
         info = self.topic_publish_info_table.get(topic)
         conn = None
         if (
@@ -595,6 +591,8 @@ class Producer:
                 self.fault_strategy.update_fault_item(
                     target.broker_name, int(elapsed * 1000), False
                 )
+                if self.tracer is not None and not job.batch:
+                    self.tracer.append((job.msg, result, addr or "", born, int(elapsed * 1000)))
                 if (
                     result.send_status is SendStatus.SEND_OK
                     or not self.retry_another_broker_when_not_store_ok
@@ -756,6 +754,8 @@ class Producer:
                 continue
             elapsed_ms = int((loop.time() - t0) * 1000)
             self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, False)
+            if self.tracer is not None and not job.batch:
+                self.tracer.append((job.msg, result, addr, born, elapsed_ms))
             if (
                 result.send_status is not SendStatus.SEND_OK
                 and self.retry_another_broker_when_not_store_ok

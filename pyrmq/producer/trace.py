@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from pyrmq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -40,19 +39,17 @@ from pyrmq.common.trace import (
     encode_pub,
 )
 
-if TYPE_CHECKING:
-    from pyrmq.producer.producer import SendCallback
-
 log = logging.getLogger("pyrmq.client")
 
 
-#: what a Pub record is made from: message, answer, group, broker, start
-#: and end (ms)
-_Pub = tuple[Message, SendResult, str, str, int, int]
+#: what a Pub record is made from (queued by the producer as each send is
+#: answered, encoded when flushed): message, answer, broker address, send
+#: time (ms) and how long the answer took (ms)
+Pub = tuple[Message, SendResult, str, int, int]
 
 
 def _encode_pub(
-    msg: Message, r: SendResult, group: str, addr: str, began: int, ended: int
+    msg: Message, r: SendResult, addr: str, began: int, cost: int, group: str
 ) -> tuple[str, list[str]]:
     """A Pub record and its trace keys."""
     props = msg.properties
@@ -65,7 +62,7 @@ def _encode_pub(
     keys = props.get(PROPERTY_KEYS, "")
     data = encode_pub(
         began, r.region_id or DEFAULT_REGION, group, msg.topic, r.msg_id,
-        props.get(PROPERTY_TAGS, ""), keys, addr, len(msg.body), ended - began, msg_type,
+        props.get(PROPERTY_TAGS, ""), keys, addr, len(msg.body), cost, msg_type,
         r.offset_msg_id, r.send_status is SendStatus.SEND_OK,
     )  # fmt: skip
     return data, [r.msg_id, keys] if keys else [r.msg_id]
@@ -88,6 +85,8 @@ class TraceDispatcher:
         from pyrmq.producer.producer import Producer
 
         self.trace_topic = trace_topic or TRACE_TOPIC
+        #: the traced client's group (of its Pub records)
+        self.group = group
         self.batch_size = batch_size
         self.max_body = max_body
         self.flush_interval = flush_interval
@@ -102,7 +101,7 @@ class TraceDispatcher:
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
         )
-        self._pending: list[TraceRecord | _Pub] = []
+        self._pending: list[TraceRecord | Pub] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
@@ -117,7 +116,7 @@ class TraceDispatcher:
             self._loop(), name="pyrmq:trace:dispatch"
         )
 
-    def append(self, record: TraceRecord | _Pub) -> None:
+    def append(self, record: TraceRecord | Pub) -> None:
         """Queue a record (never blocks, never raises)."""
         if len(self._pending) >= self.max_pending:
             self.dropped += 1
@@ -125,27 +124,6 @@ class TraceDispatcher:
         self._pending.append(record)
         if len(self._pending) >= self.batch_size:
             self._wake.set()
-
-    def pub_callback(
-        self,
-        msg: Message,
-        group: str,
-        broker_addr: Callable[[str], str | None],
-        callback: SendCallback | None,
-    ) -> SendCallback:
-        """A send callback that queues the send's Pub record (what it needs,
-        encoded later by the dispatcher), then calls `callback`. A send
-        without an answer is not traced, as in RocketMQ."""
-        began = int(time.time() * 1000)
-
-        def traced(result: SendResult | None, exc: BaseException | None) -> None:
-            if result is not None:
-                addr = broker_addr(result.message_queue.broker_name) or ""
-                self.append((msg, result, group, addr, began, int(time.time() * 1000)))
-            if callback is not None:
-                callback(result, exc)
-
-        return traced
 
     async def _loop(self) -> None:
         while True:
@@ -159,23 +137,24 @@ class TraceDispatcher:
         records, self._pending = self._pending, []
         body: list[str] = []
         size = 0
-        keys: dict[str, None] = {}
+        keys: list[str] = []
+        group = self.group
         for r in records:
             if isinstance(r, tuple):
-                data, rkeys = _encode_pub(*r)
+                data, rkeys = _encode_pub(*r, group)
             else:
                 data, rkeys = r.encode(), r.trace_keys()
             if body and size + len(data) > self.max_body:
                 self._send("".join(body), keys)
-                body, size, keys = [], 0, {}
+                body, size, keys = [], 0, []
             body.append(data)
             size += len(data)
-            keys.update(dict.fromkeys(rkeys))
+            keys += rkeys
         if body:
             self._send("".join(body), keys)
 
-    def _send(self, data: str, keys: dict[str, None]) -> None:
-        msg = Message(self.trace_topic, data.encode(), keys=list(keys))
+    def _send(self, data: str, keys: list[str]) -> None:
+        msg = Message(self.trace_topic, data.encode(), keys=list(dict.fromkeys(keys)))
         try:
             fut = self.producer.send_async(msg, self._sent)
         except Exception as e:  # not started, shut down, a bad topic
