@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from asyncio.subprocess import PIPE
 from typing import Any
 
 from pyrmq.admin import AdminClient
@@ -20,6 +18,7 @@ from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushCons
 from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
+from tests._cli import pyrmq_cli
 from tests._reading import read_queue
 from tests._waiting import wait_until
 
@@ -57,19 +56,6 @@ def test_record_format_is_rocketmqs():
     )
     (o,) = decode(old_pub + FIELD_SPLITOR + "Bogus" + CONTENT_SPLITOR + "x" + FIELD_SPLITOR)
     assert o.msg_id == "ID2" and o.success and o.offset_msg_id == ""
-
-
-async def _pyrmq(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pyrmq", *args, stdout=PIPE, stderr=PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 def _consumer(
@@ -139,11 +125,11 @@ def test_a_message_trace_shows_its_send_and_every_group(tmp_path, arun):
             assert any(r.msg_id in m.keys for m in raw)
             assert any(untraced.msg_id in m.keys for m in raw)
             # the CLI, as a user runs it
-            rc, out, err = await _pyrmq("admin", "queryMsgTraceById", "-n", ns, "-i", r.msg_id)
+            rc, out, err = await pyrmq_cli("admin", "queryMsgTraceById", "-n", ns, "-i", r.msg_id)
             assert rc == 0, err
             assert "Pub" in out and "PG-trace" in out and "CG-a" in out and "CG-b" in out
             assert "failed" in out and "success" in out
-            rc, out, err = await _pyrmq(
+            rc, out, err = await pyrmq_cli(
                 "admin", "queryMsgTraceById", "-n", ns, "-i", r.msg_id, "--json"
             )
             assert rc == 0 and {x["type"] for x in json.loads(out)} == {
@@ -151,7 +137,7 @@ def test_a_message_trace_shows_its_send_and_every_group(tmp_path, arun):
                 "SubBefore",
                 "SubAfter",
             }
-            rc, out, err = await _pyrmq("admin", "queryMsgTraceById", "-n", ns, "-i", "NOPE")
+            rc, out, err = await pyrmq_cli("admin", "queryMsgTraceById", "-n", ns, "-i", "NOPE")
             assert rc == 1 and "no trace of message NOPE" in err and "Traceback" not in err
         finally:
             await c.shutdown()

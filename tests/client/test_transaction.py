@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
-from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +23,7 @@ from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushCons
 from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from pyrmq.testing import LocalCluster
+from tests._cli import pyrmq_cli
 from tests._reading import read_queue
 from tests._waiting import wait_until
 
@@ -308,20 +307,6 @@ def test_transactional_messages_to_system_topics_are_refused(tmp_path, arun):
     arun(main(), timeout=60)
 
 
-async def _pyrmq(*args: str) -> tuple[int, str, str]:
-    """`python -m pyrmq ARGS` as a user runs it (bounded: 60 s)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pyrmq", *args, stdout=PIPE, stderr=PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
 def test_admin_shows_pending_transactions(tmp_path, arun):
     async def main() -> None:
         async with env(tmp_path, transaction_check_max=100) as e:
@@ -337,16 +322,16 @@ def test_admin_shows_pending_transactions(tmp_path, arun):
             assert found.broker_addr == e.addr and found.total == 3
             assert [t.transaction_id for t in found.transactions] == [r.msg_id for r in sent]
             assert all(t.producer_group == "PG-tx" and t.topic == TOPIC for t in found.transactions)
-            rc, out, err = await _pyrmq("admin", "pendingTransactions", "-n", ns, "--json")
+            rc, out, err = await pyrmq_cli("admin", "pendingTransactions", "-n", ns, "--json")
             assert rc == 0, err
             (data,) = json.loads(out)
             assert data["total"] == 3 and len(data["transactions"]) == 3
-            rc, out, err = await _pyrmq(
+            rc, out, err = await pyrmq_cli(
                 "admin", "pending-transactions", "-n", ns, "-b", e.addr, "--limit", "2"
             )
             assert rc == 0, err
             assert sent[0].msg_id in out and "Pending: 3 (the oldest 2 shown)" in out
-            rc, out, err = await _pyrmq("admin", "pendingTransactions", "-n", ns, "--limit", "0")
+            rc, out, err = await pyrmq_cli("admin", "pendingTransactions", "-n", ns, "--limit", "0")
             assert rc != 0 and "positive whole number" in err and "Traceback" not in err
 
     arun(main(), timeout=120)
