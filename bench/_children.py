@@ -68,7 +68,10 @@ class LoadProcesses:
         self._out.put((index, result))
 
     def start(self) -> float:
-        """Wait until every child is set up; the common start time."""
+        """Wait until every child is set up; then the parent's clock. The
+        children go on at once: one that measures from the start reads its
+        own clock (`ready()`'s value), as the parent may be scheduled late
+        on a busy machine."""
         try:
             self._barrier.wait(self._ready_timeout)
         except threading.BrokenBarrierError:

@@ -93,7 +93,7 @@ class Sender(NoDelayProtocol):
         self.outstanding += k
         while k:
             m = min(k, frames - self.pos)
-            t.write(ring[self.pos * flen:(self.pos + m) * flen])
+            t.write(ring[self.pos * flen : (self.pos + m) * flen])
             self.pos = (self.pos + m) % frames
             k -= m
 
@@ -102,10 +102,10 @@ class Sender(NoDelayProtocol):
         buf += data
         pos, end, n_ok, n = 0, len(buf), 0, 0
         while end - pos >= 4:
-            size = int.from_bytes(buf[pos:pos + 4], "big")
+            size = int.from_bytes(buf[pos : pos + 4], "big")
             if end - pos - 4 < size:
                 break
-            if buf[pos + 8:pos + 18] == bl.OK_HEAD:
+            if buf[pos + 8 : pos + 18] == bl.OK_HEAD:
                 n_ok += 1
             n += 1
             pos += 4 + size
@@ -118,16 +118,25 @@ class Sender(NoDelayProtocol):
             self._send(n)
 
 
-async def _send_proc(addr: str, ring: bytes, flen: int, conns: int, window: int,
-                     warmup: float, duration: float, proc_index: int,
-                     ready: Callable[[], float]) -> dict[str, Any]:
+async def _send_proc(
+    addr: str,
+    ring: bytes,
+    flen: int,
+    conns: int,
+    window: int,
+    warmup: float,
+    duration: float,
+    proc_index: int,
+    ready: Callable[[], float],
+) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     host, _, port = addr.rpartition(":")
     senders: list[Sender] = []
     for c in range(conns):
         start_frame = (proc_index * conns + c) * 997
         _, s = await loop.create_connection(
-            functools.partial(Sender, ring, flen, window, start_frame), host, int(port))
+            functools.partial(Sender, ring, flen, window, start_frame), host, int(port)
+        )
         senders.append(s)
     t_start = ready()
     for s in senders:
@@ -139,14 +148,27 @@ async def _send_proc(addr: str, ring: bytes, flen: int, conns: int, window: int,
     t1, c1 = time.monotonic(), sum(s.ok for s in senders)
     cpu1 = time.process_time()
     await stop_senders(senders, 10.0)
-    return {"msgs": c1 - c0, "secs": t1 - t0, "total_ok": sum(s.ok for s in senders),
-            "bad": sum(s.bad for s in senders), "gen_cpu_s": cpu1 - cpu0,
-            "unanswered": sum(s.outstanding for s in senders)}
+    return {
+        "msgs": c1 - c0,
+        "secs": t1 - t0,
+        "total_ok": sum(s.ok for s in senders),
+        "bad": sum(s.bad for s in senders),
+        "gen_cpu_s": cpu1 - cpu0,
+        "unanswered": sum(s.outstanding for s in senders),
+    }
 
 
-def send_load(server: bl.Server, topic: str, queues: int, body_len: int, procs: int = 2,
-              conns: int = 4, window: int = 256, warmup: float = 1.0,
-              duration: float = 5.0) -> dict[str, Any]:
+def send_load(
+    server: bl.Server,
+    topic: str,
+    queues: int,
+    body_len: int,
+    procs: int = 2,
+    conns: int = 4,
+    window: int = 256,
+    warmup: float = 1.0,
+    duration: float = 5.0,
+) -> dict[str, Any]:
     """Pipelined SEND_MESSAGE from procs x conns connections; code-0
     responses per second in the window after warmup."""
     ring, flen = bl.send_ring(topic, queues, body_len)
@@ -164,14 +186,22 @@ def send_load(server: bl.Server, topic: str, queues: int, body_len: int, procs: 
     msgs = sum(r["msgs"] for r in results)
     rate = sum(r["msgs"] / r["secs"] for r in results)
     return {
-        "body_len": body_len, "procs": procs, "conns": conns, "window": window,
-        "frame_bytes": flen, "msgs": msgs, "secs": max(r["secs"] for r in results),
-        "msgs_per_s": rate, "MBps": rate * body_len / 1e6,
+        "body_len": body_len,
+        "procs": procs,
+        "conns": conns,
+        "window": window,
+        "frame_bytes": flen,
+        "msgs": msgs,
+        "secs": max(r["secs"] for r in results),
+        "msgs_per_s": rate,
+        "MBps": rate * body_len / 1e6,
         "wire_MBps": rate * flen / 1e6,
         "bad": sum(r["bad"] for r in results),
         "unanswered": sum(r["unanswered"] for r in results),
-        "acked_total": sum(r["total_ok"] for r in results), "stored_total": stored,
-        "server_cpu_s": cpu1 - cpu0, "server_cpu_util": (cpu1 - cpu0) / (w1 - w0),
+        "acked_total": sum(r["total_ok"] for r in results),
+        "stored_total": stored,
+        "server_cpu_s": cpu1 - cpu0,
+        "server_cpu_util": (cpu1 - cpu0) / (w1 - w0),
         "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
         "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / (w1 - w0),
     }
@@ -184,7 +214,7 @@ def count_records(body: bytes | bytearray | memoryview, start: int, end: int) ->
     """Records in data[start:end] by walking TOTALSIZE."""
     n = 0
     while start < end:
-        start += int.from_bytes(body[start:start + 4], "big")
+        start += int.from_bytes(body[start : start + 4], "big")
         n += 1
     return n
 
@@ -208,7 +238,7 @@ class Puller(NoDelayProtocol):
 
     def _send(self, k: int) -> None:
         if k > 0 and self.transport is not None:
-            self.transport.write(b"".join(self.frames[self.next:self.next + k]))
+            self.transport.write(b"".join(self.frames[self.next : self.next + k]))
             self.next += k
 
     def data_received(self, data: bytes) -> None:
@@ -216,11 +246,11 @@ class Puller(NoDelayProtocol):
         buf += data
         pos, end, n = 0, len(buf), 0
         while end - pos >= 4:
-            size = int.from_bytes(buf[pos:pos + 4], "big")
+            size = int.from_bytes(buf[pos : pos + 4], "big")
             if end - pos - 4 < size:
                 break
-            if buf[pos + 8:pos + 18] == bl.OK_HEAD:
-                hlen = int.from_bytes(buf[pos + 5:pos + 8], "big")
+            if buf[pos + 8 : pos + 18] == bl.OK_HEAD:
+                hlen = int.from_bytes(buf[pos + 5 : pos + 8], "big")
                 self.msgs += count_records(buf, pos + 8 + hlen, pos + 4 + size)
             else:
                 self.bad += 1
@@ -235,17 +265,19 @@ class Puller(NoDelayProtocol):
             self.done.set_result(None)
 
 
-async def _pull_proc(addr: str, conn_frames: list[list[bytes]], window: int,
-                     ready: Callable[[], float]) -> dict[str, Any]:
+async def _pull_proc(
+    addr: str, conn_frames: list[list[bytes]], window: int, ready: Callable[[], float]
+) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     host, _, port = addr.rpartition(":")
     pullers: list[Puller] = []
     for frames in conn_frames:
         done = loop.create_future()
         _, p = await loop.create_connection(
-            functools.partial(Puller, frames, window, done), host, int(port))
+            functools.partial(Puller, frames, window, done), host, int(port)
+        )
         pullers.append(p)
-    ready()
+    t_start = ready()
     cpu0 = time.process_time()
     for p in pullers:
         p.start()
@@ -255,14 +287,25 @@ async def _pull_proc(addr: str, conn_frames: list[list[bytes]], window: int,
     for p in pullers:
         if p.transport is not None:
             p.transport.close()
-    return {"msgs": sum(p.msgs for p in pullers), "bad": sum(p.bad for p in pullers),
-            "pulls": sum(len(p.frames) for p in pullers),
-            "t_end": max(p.t_end for p in pullers), "gen_cpu_s": cpu1 - cpu0}
+    return {
+        "msgs": sum(p.msgs for p in pullers),
+        "bad": sum(p.bad for p in pullers),
+        "pulls": sum(len(p.frames) for p in pullers),
+        "t_start": t_start,
+        "t_end": max(p.t_end for p in pullers),
+        "gen_cpu_s": cpu1 - cpu0,
+    }
 
 
-def pull_ranges(server: bl.Server, topic: str, ranges: dict[int, tuple[int, int]],
-                procs: int = 2, conns: int = 4, window: int = 64,
-                max_msgs: int = 32) -> dict[str, Any]:
+def pull_ranges(
+    server: bl.Server,
+    topic: str,
+    ranges: dict[int, tuple[int, int]],
+    procs: int = 2,
+    conns: int = 4,
+    window: int = 64,
+    max_msgs: int = 32,
+) -> dict[str, Any]:
     """Read queue q's offsets [start, end) for every q in ranges with
     pipelined PULL_MESSAGE, planned ahead, a queue's pulls on one connection
     (queues dealt round robin over procs x conns connections, each
@@ -284,29 +327,49 @@ def pull_ranges(server: bl.Server, topic: str, ranges: dict[int, tuple[int, int]
                     per_conn[slot].append(bl.pull_frame(topic, q, off, opaque, n))
                     opaque += 1
                     cursors[q] = off + n
-    plans = [[f for f in per_conn[p * conns:(p + 1) * conns] if f] for p in range(procs)]
+    plans = [[f for f in per_conn[p * conns : (p + 1) * conns] if f] for p in range(procs)]
     plans = [p for p in plans if p]
     with LoadProcesses(_pull_proc, [(server.broker, plan, window) for plan in plans]) as kids:
-        t_start = kids.start()
+        # the broker is idle until the start: its CPU is read before, as
+        # the parent may be scheduled after the children have started
         cpu0 = server.cpu_s()
+        kids.start()
         results = kids.results(timeout=900)
         cpu1 = server.cpu_s()
-    secs = max(r["t_end"] for r in results) - t_start
+    # from the first child's start (each reads the clock as the barrier
+    # lets it go) to the last answer
+    secs = max(r["t_end"] for r in results) - min(r["t_start"] for r in results)
     msgs = sum(r["msgs"] for r in results)
     return {
-        "msgs": msgs, "expected": sum(end - start for start, end in ranges.values()),
-        "secs": secs, "msgs_per_s": msgs / secs,
-        "bad": sum(r["bad"] for r in results), "pulls": sum(r["pulls"] for r in results),
-        "procs": len(plans), "conns": conns, "window": window, "max_msgs": max_msgs,
-        "queues": len(ranges), "server_cpu_s": cpu1 - cpu0,
+        "msgs": msgs,
+        "expected": sum(end - start for start, end in ranges.values()),
+        "secs": secs,
+        "msgs_per_s": msgs / secs,
+        "bad": sum(r["bad"] for r in results),
+        "pulls": sum(r["pulls"] for r in results),
+        "procs": len(plans),
+        "conns": conns,
+        "window": window,
+        "max_msgs": max_msgs,
+        "queues": len(ranges),
+        "server_cpu_s": cpu1 - cpu0,
         "server_cpu_util": (cpu1 - cpu0) / secs,
         "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, msgs) * 1e6,
         "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / secs,
     }
 
 
-def pull_all(server: bl.Server, topic: str, queues: int, per_queue: int, procs: int = 2,
-             conns: int = 4, window: int = 64, max_msgs: int = 32) -> dict[str, Any]:
+def pull_all(
+    server: bl.Server,
+    topic: str,
+    queues: int,
+    per_queue: int,
+    procs: int = 2,
+    conns: int = 4,
+    window: int = 64,
+    max_msgs: int = 32,
+) -> dict[str, Any]:
     """Read every message of topic (per_queue in each of its queues)."""
-    return pull_ranges(server, topic, {q: (0, per_queue) for q in range(queues)},
-                       procs, conns, window, max_msgs)
+    return pull_ranges(
+        server, topic, {q: (0, per_queue) for q in range(queues)}, procs, conns, window, max_msgs
+    )
