@@ -220,7 +220,9 @@ class SendMessageProcessor:
         if batch:
             return self._send_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props)
         if half:
-            return self._send_half(conn, cmd, f, topic, queue_id, sysflag, born_ts, props)
+            return self._send_half(
+                conn, cmd, f, topic, queue_id, sysflag, born_ts, props, user_flag, reconsume
+            )
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
@@ -262,6 +264,8 @@ class SendMessageProcessor:
         sysflag: int,
         born_ts: int,
         props: str,
+        user_flag: int,
+        reconsume: int,
     ) -> HandlerResult:
         """A transaction's half message (TransactionalMessageService); the
         answer names the real queue and the half queue offset, which
@@ -288,11 +292,11 @@ class SendMessageProcessor:
                 cmd.body,
                 p,
                 group=group,
-                flag=_int(f, "flag", 0),
+                flag=user_flag,
                 sysflag=sysflag,
                 born_timestamp=born_ts,
                 born_host=born_host_of(conn),
-                reconsume_times=_int(f, "reconsumeTimes", 0),
+                reconsume_times=reconsume,
             )
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 

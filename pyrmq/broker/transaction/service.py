@@ -45,6 +45,7 @@ from typing import Any
 
 import rmqcore
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.common.message import (
@@ -345,17 +346,7 @@ class TransactionalMessageService:
         props = rmqcore.decode_properties(m["properties"])
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(h.check_times + 1)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(h.origin)
-        r = self.store.put_message_nowait(
-            TRANS_HALF_TOPIC,
-            0,
-            m["body"],
-            rmqcore.encode_properties(props),
-            flag=m["flag"],
-            sysflag=m["sys_flag"],
-            born_timestamp=m["born_timestamp"],
-            born_host=m["born_host"],
-            reconsume_times=m["reconsume_times"],
-        )
+        r = put_copy(self.store, m, TRANS_HALF_TOPIC, 0, props, m["reconsume_times"])
         h.queue_offset = r.queue_offset
         h.commit_log_offset = r.phys_offset
         h.size = r.wrote_bytes
@@ -466,17 +457,8 @@ class TransactionalMessageService:
         for k in _DROP_ON_COMMIT:
             props.pop(k, None)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(h.origin)
-        self.store.put_message_nowait(
-            h.real_topic,
-            h.real_queue_id,
-            m["body"],
-            rmqcore.encode_properties(props),
-            flag=m["flag"],
-            sysflag=(m["sys_flag"] & ~_TX_MASK) | TRANSACTION_COMMIT_TYPE,
-            born_timestamp=m["born_timestamp"],
-            born_host=m["born_host"],
-            reconsume_times=m["reconsume_times"],
-        )
+        sysflag = (m["sys_flag"] & ~_TX_MASK) | TRANSACTION_COMMIT_TYPE
+        put_copy(self.store, m, h.real_topic, h.real_queue_id, props, m["reconsume_times"], sysflag)
 
     def _resolve(self, h: HalfMessage) -> None:
         """The op record: h is done."""
@@ -490,17 +472,8 @@ class TransactionalMessageService:
         TRANS_CHECK_MAX_TIME_TOPIC, then the op record."""
         self.topics.create_system_group_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
         m = self.store.look_message_by_offset(h.commit_log_offset)
-        self.store.put_message_nowait(
-            TRANS_CHECK_MAX_TIME_TOPIC,
-            0,
-            m["body"],
-            m["properties"],
-            flag=m["flag"],
-            sysflag=m["sys_flag"],
-            born_timestamp=m["born_timestamp"],
-            born_host=m["born_host"],
-            reconsume_times=m["reconsume_times"],
-        )
+        props = rmqcore.decode_properties(m["properties"])
+        put_copy(self.store, m, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, m["reconsume_times"])
         self._resolve(h)
         self.discarded += 1
         log.warning(
