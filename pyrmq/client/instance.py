@@ -96,6 +96,8 @@ class ClientInstance:
         #: topic -> the answer of its route lookup on the way, shared by
         #: every caller that asks meanwhile
         self._route_lookups: dict[str, asyncio.Future[TopicRouteData | None]] = {}
+        #: the broker whose member list answered last (asked first next time)
+        self._member_broker: str | None = None
         self.started = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -257,6 +259,33 @@ class ClientInstance:
             return None
         bd = random.choice(route.broker_datas)
         return bd.select_broker_addr()
+
+    async def consumer_id_list(self, topic: str, group: str) -> list[str] | None:
+        """The group's members as a broker of topic knows them
+        (findConsumerIdList), or None when no broker answered.
+
+        RocketMQ asks one random broker and gives up when it does not
+        answer; a broker that is cut off (alive, registered, silent) then
+        fails half the rebalances of every member. Here the broker that
+        answered last is asked first, then the others in random order, each
+        within the request timeout."""
+        route = self.routes.get(topic)
+        if route is None:
+            return None
+        addrs = [a for a in (bd.select_broker_addr() for bd in route.broker_datas) if a]
+        random.shuffle(addrs)
+        if self._member_broker in addrs:
+            addrs.remove(self._member_broker)
+            addrs.insert(0, self._member_broker)
+        for addr in addrs:
+            try:
+                cids = await self.api.get_consumer_id_list(addr, group, self.request_timeout)
+            except RMQError as e:
+                log.info("%s: member list of %s from %s failed: %s", self.client_id, group, addr, e)
+                continue
+            self._member_broker = addr
+            return cids
+        return None
 
     # -- heartbeat --------------------------------------------------------------------------
 

@@ -64,6 +64,9 @@ class RebalanceImpl:
         #: instead of leaving the queue unconsumed for a rebalance interval
         #: (RocketMQ's rebalanceLater(500) when not allMQLocked)
         self.lock_failed = False
+        #: member-list lookups made (a progress measure for tests and
+        #: operators: rebalances that keep asking are not a stall)
+        self.member_lookups = 0
 
     # -- rebalancing ------------------------------------------------------------------------
 
@@ -100,10 +103,13 @@ class RebalanceImpl:
         if self.message_model is MessageModel.BROADCASTING:
             wanted = set(mq_set)
         else:
-            addr = self.client.any_broker_of(topic)
-            if addr is None:
+            self.member_lookups += 1
+            cids = await self.client.consumer_id_list(topic, self.consumer_group)
+            if cids is None:
+                log.warning(
+                    "%s: no broker of %s answered the member list", self.consumer_group, topic
+                )
                 return False
-            cids = await self.client.api.get_consumer_id_list(addr, self.consumer_group)
             if self.client.client_id not in cids:
                 # our heartbeat has not reached that broker yet
                 log.info(

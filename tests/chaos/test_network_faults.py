@@ -228,8 +228,12 @@ def _converged(members: list[PushConsumer], reachable: tuple[str, ...] = BROKERS
 
 def _ownership(members: list[PushConsumer]) -> Callable[[], tuple[frozenset[MessageQueue], ...]]:
     """The progress measure of a rebalance: which queues each member owns
-    (a rebalance that moves nothing for long is a stall)."""
-    return lambda: tuple(frozenset(owned(m, TOPIC)) for m in members)
+    and how many member lookups its rebalances made (no rebalance for long,
+    or rebalances that move nothing for long past the limit, is a stall)."""
+    return lambda: tuple(
+        (frozenset(owned(m, TOPIC)), m.rebalance.member_lookups if m.rebalance else 0)
+        for m in members
+    )
 
 
 def _queues(brokers: tuple[str, ...]) -> set[MessageQueue]:
