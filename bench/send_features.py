@@ -17,12 +17,16 @@ noisy moment on a shared machine hurts every case alike):
 - the same ``sync`` and ``async`` against the dedup broker.
 
 Per case: the median over the rounds of messages/s and of the RT
-percentiles, and the ratio to its plain twin. After the runs every
+percentiles; the ratio to its plain twin, taken round by round (every
+other round runs the cases in reverse order) and then the median, so the
+machine's own load swings cancel; and the CPU each acknowledged message
+cost the producer process and the broker, which other load on the machine
+does not change much. After the runs every
 acknowledged message must be in its topic, on its broker (commits arrive
 oneway: waited for, bounded): a duplicate check that suppressed a distinct
 message fails the run.
 
-    python -m bench.send_features --out DIR [--seconds 5] [--rounds 2]
+    python -m bench.send_features --out DIR [--seconds 5] [--rounds 2] [--cases a,b]
 
 Writes DIR/send_features.json and prints a Markdown table."""
 
@@ -33,6 +37,7 @@ import contextlib
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -69,14 +74,20 @@ BROKERS = {"plain": {}, "dedup": {"duplicateDetection": "true"}}
 def produce(
     namesrv: str, mode: str, seconds: float, body: int, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """One `pyrmq bench produce` run; its JSON summary."""
+    """One `pyrmq bench produce` run: its JSON summary, plus the CPU seconds
+    the producer process used (`client_cpu_s`, from the children's rusage)."""
     cmd = [sys.executable, "-m", "pyrmq", "bench", "produce", "-n", namesrv, "-t", TOPIC,
            "--mode", mode, "-d", str(seconds), "-s", str(body), "-q", "--json", "-",
            *extra]  # fmt: skip
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError(f"pyrmq bench produce --mode {mode} failed: {out.stderr[-2000:]}")
-    return dict(json.loads(out.stdout))
+    summary = dict(json.loads(out.stdout))
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    summary["produce"]["client_cpu_s"] = cpu
+    return summary
 
 
 def stored(srv: bl.Server) -> int:
@@ -84,20 +95,34 @@ def stored(srv: bl.Server) -> int:
         return sum(bl.max_offsets(c, TOPIC, QUEUES))
 
 
-def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, Any]:
+def run(
+    out: pathlib.Path, seconds: float, rounds: int, body: int, cases: list[str] | None = None
+) -> dict[str, Any]:
+    """The cases (all by default; each with its plain twin) `rounds` times."""
+    chosen = [c for c in CASES if cases is None or c in cases or any(
+        CASES[x][2] == c for x in cases)]  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in chosen}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         srvs = {}
         for name, conf in BROKERS.items():
+            if not any(CASES[c][0] == name for c in chosen):
+                continue
             path = pathlib.Path(d) / f"{name}.conf"
             path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
             srvs[name] = stack.enter_context(bl.standalone(d, extra=("-c", str(path))))
             bl.create_topic(srvs[name].broker, TOPIC, QUEUES)
             bl.wait_route(srvs[name].namesrv, TOPIC)
-        for _ in range(rounds):
-            for case, (broker, mode, _, extra) in CASES.items():
-                s = produce(srvs[broker].namesrv, mode, seconds, body, extra)["produce"]
+        for n in range(rounds):
+            # every other round in reverse order: a case and its twin swap
+            # places, so a machine that slows down or speeds up during the
+            # run does not favour one of them
+            for case in chosen if n % 2 == 0 else chosen[::-1]:
+                broker, mode, _, extra = CASES[case]
+                srv = srvs[broker]
+                b0 = srv.cpu_s()
+                s = produce(srv.namesrv, mode, seconds, body, extra)["produce"]
+                s["broker_cpu_s"] = srv.cpu_s() - b0
                 runs[case].append(s)
                 print(f"{case}: {s['msgs_per_s']:,.0f} msg/s, p99 {s['rt_ms']['p99']} ms",
                       file=sys.stderr)  # fmt: skip
@@ -111,6 +136,7 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
         raise RuntimeError(f"acknowledged {acked}, in the topics {in_topic}")
     rows = {}
     for case, rs in runs.items():
+        n = sum(r["messages"] for r in rs) or 1
         rows[case] = {
             "msgs_per_s": statistics.median(r["msgs_per_s"] for r in rs),
             **{
@@ -119,9 +145,19 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
             },
             "failures": sum(r["failures"] for r in rs),
             "rounds": [r["msgs_per_s"] for r in rs],
+            # CPU per acknowledged message, the producer process (start-up
+            # included) and the broker: what a feature costs whatever the
+            # machine's other load does to the rates
+            "client_cpu_us": sum(r["client_cpu_s"] for r in rs) / n * 1e6,
+            "broker_cpu_us": sum(r["broker_cpu_s"] for r in rs) / n * 1e6,
         }
     for case, r in rows.items():
-        r["vs_plain"] = r["msgs_per_s"] / rows[CASES[case][2]]["msgs_per_s"]
+        twin = runs[CASES[case][2]]
+        # the ratio of each round to its twin's in the same round, then the
+        # median: rounds that the machine's load slowed alike cancel out
+        r["vs_plain"] = statistics.median(
+            a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(runs[case], twin, strict=True)
+        )
     result = {"seconds": seconds, "rounds": rounds, "body": body,
               "acked": sum(acked.values()), "in_topic": sum(in_topic.values()),
               "cases": rows}  # fmt: skip
@@ -133,17 +169,20 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
 def render(result: dict[str, Any]) -> str:
     lines = [
         f"Sends of {result['body']} B, 64 coroutines or sends in flight, "
-        f"{result['seconds']:.0f} s x {result['rounds']} rounds per case (medians); "
+        f"{result['seconds']:.0f} s x {result['rounds']} rounds per case, every other round "
+        "in reverse order (medians; vs plain twin: the median of the rounds' ratios); "
         f"{result['acked']:,} acknowledged, "
         f"{result['in_topic']:,} in the topic",
         "",
-        "| case | msg/s | vs plain twin | RT p50 ms | RT p99 ms | failures |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | msg/s | vs plain twin | RT p50 ms | RT p99 ms | client CPU µs/msg "
+        "| broker CPU µs/msg | failures |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case, r in result["cases"].items():
         lines.append(
             f"| {LABELS[case]} | {r['msgs_per_s']:,.0f} | {r['vs_plain']:.2f} | "
-            f"{r['rt_p50_ms']:.2f} | {r['rt_p99_ms']:.2f} | {r['failures']} |"
+            f"{r['rt_p50_ms']:.2f} | {r['rt_p99_ms']:.2f} | {r['client_cpu_us']:.1f} | "
+            f"{r['broker_cpu_us']:.1f} | {r['failures']} |"
         )
     return "\n".join(lines)
 
@@ -154,12 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--body", type=int, default=128)
+    p.add_argument(
+        "--cases", help=f"comma-separated, of {', '.join(CASES)} (each runs with its plain twin)"
+    )
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.rounds <= 0 or a.body <= 0:
         print("error: --seconds, --rounds and --body must be positive", file=sys.stderr)
         return 2
+    cases = a.cases.split(",") if a.cases else None
+    if cases is not None and not set(cases) <= set(CASES):
+        unknown = ", ".join(sorted(set(cases) - set(CASES)))
+        print(f"error: unknown case(s) {unknown}: choose from {', '.join(CASES)}", file=sys.stderr)
+        return 2
     try:
-        run(a.out, a.seconds, a.rounds, a.body)
+        run(a.out, a.seconds, a.rounds, a.body, cases)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

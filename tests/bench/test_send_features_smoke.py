@@ -19,5 +19,6 @@ def test_send_features_quick(tmp_path: pathlib.Path) -> None:
     assert res["acked"] == res["in_topic"] > 0
     for case, row in res["cases"].items():
         assert row["msgs_per_s"] > 0 and row["failures"] == 0, (case, row)
+        assert row["client_cpu_us"] > 0 and row["broker_cpu_us"] > 0, (case, row)
     table = send_features.render(res)
     assert "transactional send (commit)" in table and "duplicateDetection, pipelined" in table
