@@ -242,3 +242,29 @@ def encode_json_header(
     remark: str | None,
     ext: dict[str, Any],
 ) -> bytes: ...
+
+# -- trace records (rmqcore/_trace.pyx) --
+def encode_pub(
+    timestamp: int,
+    region_id: str | None,
+    group: str | None,
+    topic: str | None,
+    msg_id: str | None,
+    tags: str | None,
+    keys: str | None,
+    store_host: str | None,
+    body_length: int,
+    cost_ms: int,
+    msg_type: int,
+    offset_msg_id: str | None,
+    success: bool,
+) -> str: ...
+class PubBuffer:
+    dropped: int
+    last_error: Exception | None
+    def __init__(
+        self, group: str, send_ok: object, default_region: str, max_records: int
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def append(self, msg: Any, r: Any, store_host: str, began: int, cost: int) -> None: ...
+    def take(self, max_body: int) -> list[tuple[bytes, str]]: ...

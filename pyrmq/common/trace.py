@@ -24,7 +24,11 @@ it. Records:
   keys, storeHost, message type, transactionId, state
   (``COMMIT_MESSAGE``/``ROLLBACK_MESSAGE``/``UNKNOW``), from a check.
 
-An empty field is the text ``null`` where Java writes a missing value."""
+An empty field is the text ``null`` where Java writes a missing value.
+
+Pub records are written in C (rmqcore/_trace.pyx: ``encode_pub``, and
+``PubBuffer``, which a traced producer appends to as each send is
+answered), the others here; ``decode`` reads them all."""
 
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from pyrmq.common.message import (
     MessageExt,
     new_unique_id,
 )
+from rmqcore import encode_pub
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
@@ -122,20 +127,6 @@ class TraceRecord:
     def trace_keys(self) -> list[str]:
         """What the trace message's KEYS carry for this record."""
         return [k for k in (self.msg_id, self.keys) if k]
-
-
-def encode_pub(
-    timestamp: int, region_id: str, group: str, topic: str, msg_id: str, tags: str, keys: str,
-    store_host: str, body_length: int, cost_ms: int, msg_type: int, offset_msg_id: str,
-    success: bool,
-) -> str:  # fmt: skip
-    """A Pub record (one f-string: a traced send pays for this)."""
-    return (
-        f"Pub\x01{timestamp}\x01{region_id or 'null'}\x01{group or 'null'}\x01"
-        f"{topic or 'null'}\x01{msg_id or 'null'}\x01{tags or 'null'}\x01{keys or 'null'}\x01"
-        f"{store_host or 'null'}\x01{body_length}\x01{cost_ms}\x01{msg_type}\x01"
-        f"{offset_msg_id or 'null'}\x01{'true' if success else 'false'}\x02"
-    )
 
 
 def _int(s: str) -> int:

@@ -592,7 +592,7 @@ class Producer:
                     target.broker_name, int(elapsed * 1000), False
                 )
                 if self.tracer is not None and not job.batch:
-                    self.tracer.append((job.msg, result, addr or "", born, int(elapsed * 1000)))
+                    self.tracer.append_pub(job.msg, result, addr or "", born, int(elapsed * 1000))
                 if (
                     result.send_status is SendStatus.SEND_OK
                     or not self.retry_another_broker_when_not_store_ok
@@ -755,7 +755,7 @@ class Producer:
             elapsed_ms = int((loop.time() - t0) * 1000)
             self.fault_strategy.update_fault_item(target.broker_name, elapsed_ms, False)
             if self.tracer is not None and not job.batch:
-                self.tracer.append((job.msg, result, addr, born, elapsed_ms))
+                self.tracer.append_pub(job.msg, result, addr, born, elapsed_ms)
             if (
                 result.send_status is not SendStatus.SEND_OK
                 and self.retry_another_broker_when_not_store_ok

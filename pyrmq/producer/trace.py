@@ -2,7 +2,9 @@
 asynchronously and in batches (RocketMQ's AsyncTraceDispatcher).
 
 A producer or push consumer with ``enable_msg_trace=True`` hands its
-records (pyrmq.common.trace) to ``append``, which only queues them: a
+records (pyrmq.common.trace) to ``append``, which only queues them (a
+producer's Pub records go to ``append_pub``, written in C into a
+buffer as each send is answered, no Python object kept per send): a
 background task sends them, every ``flush_interval`` seconds or as soon as
 ``batch_size`` are queued, as messages of at most ``max_body`` bytes to the
 trace topic through a Producer of its own (group
@@ -20,52 +22,17 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pyrmq.common.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_TRANSACTION_PREPARED,
-    Message,
-)
-from pyrmq.common.results import SendResult, SendStatus
+from pyrmq.common.message import PROPERTY_KEYS, Message
+from pyrmq.common.results import SendStatus
 from pyrmq.common.trace import (
     DEFAULT_REGION,
-    DELAY_MSG,
-    NORMAL_MSG,
     TRACE_PRODUCER_GROUP_PREFIX,
     TRACE_TOPIC,
-    TRANS_MSG_HALF,
     TraceRecord,
-    encode_pub,
 )
+from rmqcore import PubBuffer
 
 log = logging.getLogger("pyrmq.client")
-
-
-#: what a Pub record is made from (queued by the producer as each send is
-#: answered, encoded when flushed): message, answer, broker address, send
-#: time (ms) and how long the answer took (ms)
-Pub = tuple[Message, SendResult, str, int, int]
-
-
-def _encode_pub(
-    msg: Message, r: SendResult, addr: str, began: int, cost: int, group: str
-) -> tuple[str, list[str]]:
-    """A Pub record and its trace keys."""
-    props = msg.properties
-    if PROPERTY_TRANSACTION_PREPARED in props:
-        msg_type = TRANS_MSG_HALF
-    elif PROPERTY_DELAY_TIME_LEVEL in props:
-        msg_type = DELAY_MSG
-    else:
-        msg_type = NORMAL_MSG
-    keys = props.get(PROPERTY_KEYS, "")
-    data = encode_pub(
-        began, r.region_id or DEFAULT_REGION, group, msg.topic, r.msg_id,
-        props.get(PROPERTY_TAGS, ""), keys, addr, len(msg.body), cost, msg_type,
-        r.offset_msg_id, r.send_status is SendStatus.SEND_OK,
-    )  # fmt: skip
-    return data, [r.msg_id, keys] if keys else [r.msg_id]
 
 
 class TraceDispatcher:
@@ -101,12 +68,21 @@ class TraceDispatcher:
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
         )
-        self._pending: list[TraceRecord | Pub] = []
+        #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
+        self._pending: list[TraceRecord] = []
+        #: Pub records, written in C as each send is answered (the
+        #: flush_interval bounds how many wait: no wake-up per batch)
+        self._pubs = PubBuffer(group, SendStatus.SEND_OK, DEFAULT_REGION, max_pending)
+        #: append_pub(message, send result, store host, began ms, cost ms):
+        #: the Pub record of an answered send (never raises, never blocks;
+        #: beyond max_pending, or unreadable, it is dropped and counted)
+        self.append_pub = self._pubs.append
+        self._pub_drops_logged = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
         #: records dropped (queue full), trace messages sent and failed
-        self.dropped = 0
+        self._dropped = 0
         self.sent = 0
         self.failed = 0
 
@@ -116,10 +92,16 @@ class TraceDispatcher:
             self._loop(), name="pyrmq:trace:dispatch"
         )
 
-    def append(self, record: TraceRecord | Pub) -> None:
+    @property
+    def dropped(self) -> int:
+        """Records dropped: the queue was full, or a Pub record's fields
+        could not be read."""
+        return self._dropped + self._pubs.dropped
+
+    def append(self, record: TraceRecord) -> None:
         """Queue a record (never blocks, never raises)."""
         if len(self._pending) >= self.max_pending:
-            self.dropped += 1
+            self._dropped += 1
             return
         self._pending.append(record)
         if len(self._pending) >= self.batch_size:
@@ -138,23 +120,31 @@ class TraceDispatcher:
         body: list[str] = []
         size = 0
         keys: list[str] = []
-        group = self.group
         for r in records:
-            if isinstance(r, tuple):
-                data, rkeys = _encode_pub(*r, group)
-            else:
-                data, rkeys = r.encode(), r.trace_keys()
+            data, rkeys = r.encode(), r.trace_keys()
             if body and size + len(data) > self.max_body:
-                self._send("".join(body), keys)
+                self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
                 body, size, keys = [], 0, []
             body.append(data)
             size += len(data)
             keys += rkeys
         if body:
-            self._send("".join(body), keys)
+            self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
+        pubs = self._pubs
+        for data_b, keys_s in pubs.take(self.max_body):
+            self._send(data_b, keys_s)
+        if pubs.dropped != self._pub_drops_logged:
+            log.warning(
+                "trace: %d Pub records dropped so far (the last error: %r)",
+                pubs.dropped,
+                pubs.last_error,
+            )
+            self._pub_drops_logged = pubs.dropped
 
-    def _send(self, data: str, keys: list[str]) -> None:
-        msg = Message(self.trace_topic, data.encode(), keys=list(dict.fromkeys(keys)))
+    def _send(self, data: bytes, keys: str) -> None:
+        msg = Message(self.trace_topic, data)
+        if keys:
+            msg.properties[PROPERTY_KEYS] = keys
         try:
             fut = self.producer.send_async(msg, self._sent)
         except Exception as e:  # not started, shut down, a bad topic

@@ -12,12 +12,13 @@ from typing import Any
 from pyrmq.admin import AdminClient
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.message import Message, MessageExt, MessageQueue
-from pyrmq.common.results import LocalTransactionState
+from pyrmq.common.results import LocalTransactionState, SendResult, SendStatus
 from pyrmq.common.trace import CONTENT_SPLITOR, FIELD_SPLITOR, TRACE_TOPIC, TraceRecord, decode
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
+from rmqcore import PubBuffer
 from tests._cli import pyrmq_cli
 from tests._reading import read_queue
 from tests._waiting import wait_until
@@ -56,6 +57,68 @@ def test_record_format_is_rocketmqs():
     )
     (o,) = decode(old_pub + FIELD_SPLITOR + "Bogus" + CONTENT_SPLITOR + "x" + FIELD_SPLITOR)
     assert o.msg_id == "ID2" and o.success and o.offset_msg_id == ""
+
+
+def _pub(i: int, **props: Any) -> tuple[Message, SendResult, str, int, int]:
+    msg = Message(TOPIC, b"x" * i, **props)
+    mq = MessageQueue(TOPIC, "broker-a", i % 4)
+    status = SendStatus.SEND_OK if i % 5 else SendStatus.FLUSH_DISK_TIMEOUT
+    r = SendResult(status, f"ID{i}", f"OFF{i}", mq, i, region_id=None if i % 2 else "Reg")
+    return (msg, r, "1.2.3.4:10911", 1700000000000 + i, i % 7)
+
+
+def test_pub_records_of_sends_are_batched_by_size():
+    """What a traced producer flushes (rmqcore.PubBuffer): every send's Pub
+    record, in bodies of at most max_body bytes, each with the message ids
+    and KEYS of its records, each once; read back as they were sent."""
+    recs = [_pub(i, tags="TagA" if i % 3 else None, keys=f"order-{i // 2}") for i in range(1, 200)]
+    recs[7] = _pub(8, tags="Tä", delay_level=3)  # non-ASCII, delayed
+    recs[9] = _pub(10, keys=["k1", "k2"])
+    recs[9][0].properties["TRAN_MSG"] = "true"  # as the transaction producer sets it
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "DefaultRegion", 1000)
+    for rec in recs:
+        buf.append(*rec)
+    assert len(buf) == len(recs)
+    out = buf.take(2000)
+    assert len(buf) == 0 and buf.take(2000) == []
+    assert len(out) > 5
+    decoded = []
+    for body, keys in out:
+        assert len(body) <= 2000
+        records = decode(body.decode())
+        decoded += records
+        want_keys = []
+        for rec in records:
+            want_keys += [rec.msg_id] + ([rec.keys] if rec.keys else [])
+        assert keys == " ".join(dict.fromkeys(want_keys))
+    assert len(decoded) == len(recs)
+    for (msg, r, host, began, cost), d in zip(recs, decoded, strict=True):
+        one = TraceRecord("Pub", r.msg_id, began, r.region_id or "DefaultRegion", "PG", TOPIC,
+                          msg.properties.get("TAGS", ""), msg.properties.get("KEYS", ""), host,
+                          len(msg.body), cost, d.msg_type, r.offset_msg_id,
+                          r.send_status is SendStatus.SEND_OK)  # fmt: skip
+        assert d == one
+    assert [d.msg_type for d in decoded[6:10]] == [0, 3, 0, 1]
+    assert decoded[7].tags == "Tä" and not decoded[4].success
+    # a record longer than max_body goes alone; nothing at all: no body
+    # a record longer than max_body goes alone, and the buffer is reused
+    for i in (1, 2, 1):
+        buf.append(*_pub(i, keys="x" * 300))
+    (big, big_keys), (two, _), (again, again_keys) = buf.take(50)
+    assert again_keys == big_keys
+    assert len(big) > 300 and big_keys == "ID1 " + "x" * 300 and big == again
+    assert decode(two.decode())[0].msg_id == "ID2"
+    # a record that cannot be written is dropped, counted, and leaves
+    # nothing half-written behind; so is one beyond max_records
+    buf.append(*_pub(3))
+    buf.append(recs[0][0], object(), "h", 1, 1)
+    assert buf.dropped == 1 and isinstance(buf.last_error, AttributeError)
+    small = PubBuffer("PG", SendStatus.SEND_OK, "R", 1)
+    small.append(*_pub(4))
+    small.append(*_pub(5))
+    assert small.dropped == 1 and small.last_error is None and len(small) == 1
+    ((only, _),) = buf.take(10_000)
+    assert [d.msg_id for d in decode(only.decode())] == ["ID3"]
 
 
 def _consumer(
