@@ -31,6 +31,7 @@ from pyrmq.common.results import (
     SendStatus,
     TransactionSendResult,
 )
+from pyrmq.common.subscription import MessageSelector
 from pyrmq.consumer import pull_consumer as _pull
 from pyrmq.consumer import push_consumer as _push
 from pyrmq.producer import producer as _producer
@@ -312,7 +313,7 @@ class PushConsumer(_Facade):
         self._pid = os.getpid()
         self._obj: _push.PushConsumer = _make(lambda: _push.PushConsumer(*args, **kwargs))
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
         async def sub() -> None:
             self._obj.subscribe(topic, sub_expression)
 
@@ -344,7 +345,7 @@ class PullConsumer(_Facade):
         self._pid = os.getpid()
         self._obj: _pull.PullConsumer = _make(lambda: _pull.PullConsumer(*args, **kwargs))
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
         async def sub() -> None:
             self._obj.subscribe(topic, sub_expression)
 

@@ -420,6 +420,22 @@ cdef class MessageStoreCore:
         finally:
             rmq_mapped_file_unpin(mf)
 
+    def properties_at(self, long long phys_offset) -> dict:
+        """The properties of the record at phys_offset, decoded (what a
+        property filter reads: no CRC check, nothing else copied)."""
+        cdef rmq_mapped_file_t *mf
+        cdef const uint8_t *p
+        cdef int64_t avail
+        cdef rmq_record_view_t v
+        self._check()
+        _raise_for(rmq_commit_log_read_pinned(&self._s.cl, phys_offset, &mf, &p, &avail),
+                   f"no message at offset {phys_offset}")
+        try:
+            _raise_for(rmq_record_decode(p, avail, &v), f"record at {phys_offset}")
+            return decode_properties((<const char *>v.props)[:v.props_len])
+        finally:
+            rmq_mapped_file_unpin(mf)
+
     def offset_msg_ids(self, bytes store_host, long long phys_offset, long long length) -> str:
         """The offsetMsgIds (offset_msg_id) of the records in [phys_offset,
         phys_offset + length), comma-joined: the msgId a batch put answers

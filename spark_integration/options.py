@@ -10,7 +10,10 @@ them case-insensitively):
     topicPattern          a Python regular expression over the topic list
     assign                JSON {"topic": [queueId, ...]} or
                           {"topic": {"brokerName": [queueId, ...]}}
-    subExpression         tag filter: * or TagA || TagB      (default *)
+    subExpression         tag filter: * or TagA || TagB      (default *),
+                          or a SQL92 expression with subExpressionType
+    subExpressionType     TAG | SQL92 (RocketMQ's expressionType; SQL92
+                          needs enablePropertyFilter=true on the brokers)
     startingOffsets       earliest | latest | JSON            (read)
     endingOffsets         latest | JSON                        (batch read)
     startingTimestamp     ms since the epoch; overrides startingOffsets
@@ -153,6 +156,7 @@ class SourceOptions:
     commit_offsets_to_broker: bool = False
     include_properties: bool = False
     tag_set: frozenset[str] = field(default_factory=frozenset)
+    sub_expression_type: str = "TAG"
 
 
 @dataclass(frozen=True)
@@ -180,11 +184,12 @@ def name_server(options: Mapping[str, str]) -> str:
     return ns.strip()
 
 
-def tags_of(expression: str) -> frozenset[str]:
+def tags_of(expression: str, expression_type: str = "TAG") -> frozenset[str]:
     """The tags of a TAG expression ('*' → empty: every tag), parsed as the
-    client and broker parse subscriptions."""
+    client and broker parse subscriptions; a SQL92 expression is checked
+    (the brokers filter by it) and has no tags."""
     try:
-        return frozenset(SubscriptionData.parse("", expression).tags_set)
+        return frozenset(SubscriptionData.parse("", expression, 0, expression_type).tags_set)
     except SubscriptionParseFailedError as e:
         raise OptionError(f"option subExpression={expression!r}: {e}") from None
 
@@ -257,6 +262,9 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     if max_per_trigger is not None and not streaming:
         raise OptionError("option maxOffsetsPerTrigger applies to streaming reads only")
     sub = _get(options, "subExpression") or "*"
+    sub_type = (_get(options, "subExpressionType") or "TAG").upper()
+    if sub_type not in ("TAG", "SQL92"):
+        raise OptionError(f"option subExpressionType={sub_type!r}: use TAG or SQL92")
     group = _get(options, "consumerGroup") or DEFAULT_CONSUMER_GROUP
     if not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,255}", group):
         raise OptionError(
@@ -276,7 +284,8 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         consumer_group=group,
         commit_offsets_to_broker=_bool(options, "commitOffsetsToBroker", False),
         include_properties=_bool(options, "includeProperties", False),
-        tag_set=tags_of(sub),
+        tag_set=tags_of(sub, sub_type),
+        sub_expression_type=sub_type,
     )
 
 

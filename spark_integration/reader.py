@@ -222,6 +222,7 @@ async def _pull_window(
             timeout=TIMEOUT,
             broker_name=ref.broker_name,
             raw=True,
+            expression_type=opts.sub_expression_type,
         )
         st = r.pull_status
         if st is PullStatus.FOUND:

@@ -190,6 +190,7 @@ class Broker:
             self.offsets,
             long_polling_enable=cfg.long_polling_enable,
             short_polling_time_ms=cfg.short_polling_time_mills,
+            enable_property_filter=cfg.enable_property_filter,
             sendfile_min_bytes=cfg.transfer_by_sendfile_min_bytes,
             broker_permission=cfg.broker_permission,
             broker_role="SLAVE" if self.roles.slave else cfg.broker_role,

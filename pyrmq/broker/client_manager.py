@@ -104,7 +104,12 @@ class ConsumerManager:
             except (TypeError, ValueError):
                 ver = 0
             try:
-                sd = SubscriptionData.parse(str(s["topic"]), str(s.get("subString") or "*"), ver)
+                sd = SubscriptionData.parse(
+                    str(s["topic"]),
+                    str(s.get("subString") or "*"),
+                    ver,
+                    str(s.get("expressionType") or "TAG"),
+                )
             except SubscriptionParseFailedError as e:
                 log.warning("group %s: %s", group, e)
                 continue

@@ -62,6 +62,9 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
+    #: SQL92 subscriptions (MessageSelector.bySql) evaluated on message
+    #: properties; off, as in RocketMQ, a SQL92 pull is refused
+    enable_property_filter: bool = False
     register_name_server_period: int = 30_000
     flush_consumer_offset_interval: int = 5000
     flush_delay_offset_interval: int = 10_000

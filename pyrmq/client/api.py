@@ -220,6 +220,7 @@ class MQClientAPI:
         timeout: float,
         broker_name: str = "",
         raw: bool = False,
+        expression_type: str = "TAG",
     ) -> PullResult:
         """PULL_MESSAGE. With raw, the found records are left undecoded in
         PullResult.body (msg_found_list stays empty)."""
@@ -234,7 +235,7 @@ class MQClientAPI:
             "suspendTimeoutMillis": str(suspend_timeout_ms),
             "subscription": subscription,
             "subVersion": str(sub_version),
-            "expressionType": "TAG",
+            "expressionType": expression_type,
         }
         resp = await self.remoting.invoke(
             addr, RemotingCommand(RequestCode.PULL_MESSAGE, ext), timeout

@@ -1,7 +1,7 @@
 """Consumers: PushConsumer (listener-driven), PullConsumer (lite pull: you
 poll), allocation strategies, offset stores and the listener types."""
 
-from pyrmq.common.subscription import SubscriptionData
+from pyrmq.common.subscription import MessageSelector, SubscriptionData
 from pyrmq.consumer.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
@@ -44,6 +44,7 @@ __all__ = [
     "LocalFileOffsetStore",
     "MachineRoomResolver",
     "MessageModel",
+    "MessageSelector",
     "ProcessQueue",
     "PullConsumer",
     "PushConsumer",

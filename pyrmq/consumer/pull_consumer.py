@@ -27,7 +27,7 @@ from pyrmq.common.errors import ClientError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.common.route import TopicRouteData
-from pyrmq.common.subscription import SubscriptionData
+from pyrmq.common.subscription import MessageSelector, SubscriptionData, subscription_of
 from pyrmq.consumer.allocate import (
     AllocateMessageQueueStrategy,
 )
@@ -126,13 +126,12 @@ class PullConsumer(ConsumerBase):
 
     # -- configuration --------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
-        """Take part in the group's rebalance of topic (not with assign())."""
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
+        """Take part in the group's rebalance of topic (not with assign()),
+        for the messages a tag expression or a MessageSelector selects."""
         if self._assigned is not None:
             raise ClientError("this consumer uses assign(); subscribe() and assign() do not mix")
-        self._subscriptions[topic] = SubscriptionData.parse(
-            topic, sub_expression, int(time.time() * 1000)
-        )
+        self._subscriptions[topic] = subscription_of(topic, sub_expression, int(time.time() * 1000))
         if self._state == "RUNNING" and self.rebalance is not None:
             self.rebalance.subscription_inner[topic] = self._subscriptions[topic]
             self.client.spawn(self._subscription_changed(), "pyrmq:litepull:subscribe")
@@ -331,6 +330,7 @@ class PullConsumer(ConsumerBase):
                     subscription=sub.sub_string,
                     sub_version=sub.sub_version,
                     timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
+                    expression_type=sub.expression_type,
                 )
             except RMQError as e:
                 log.warning("%s: pull of %s failed: %s", self.consumer_group, mq, e)
@@ -344,7 +344,7 @@ class PullConsumer(ConsumerBase):
             if result.pull_status is PullStatus.FOUND:
                 msgs = result.msg_found_list
                 if not sub.matches_all:
-                    msgs = [m for m in msgs if sub.matches(m.tags)]
+                    msgs = [m for m in msgs if sub.accepts(m.properties)]
                 if msgs:
                     pq.put_message(msgs)
                     self._buffered += len(msgs)

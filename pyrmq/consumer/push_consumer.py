@@ -27,7 +27,7 @@ from pyrmq.common.errors import ClientError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue
 from pyrmq.common.results import PullStatus
 from pyrmq.common.route import TopicRouteData
-from pyrmq.common.subscription import SubscriptionData
+from pyrmq.common.subscription import MessageSelector, SubscriptionData, subscription_of
 from pyrmq.consumer.allocate import (
     AllocateMessageQueueStrategy,
 )
@@ -153,10 +153,13 @@ class PushConsumer(ConsumerBase):
     def max_reconsume_times_orderly(self) -> int:
         return 2**31 - 1 if self.max_reconsume_times == -1 else self.max_reconsume_times
 
-    def subscribe(self, topic: str, sub_expression: str = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector = "*") -> None:
         """Receive topic's messages whose tag matches sub_expression ("*" or
-        "TagA || TagB"). May be called again while running."""
-        sub = SubscriptionData.parse(topic, sub_expression, int(time.time() * 1000))
+        "TagA || TagB"), or that a MessageSelector selects
+        (``MessageSelector.by_sql("a > 5")``: the broker needs
+        enablePropertyFilter=true). May be called again while running.
+        SubscriptionParseFailedError for an expression that does not parse."""
+        sub = subscription_of(topic, sub_expression, int(time.time() * 1000))
         self._subscriptions[topic] = sub
         if self._state == "RUNNING":
             self.rebalance.subscription_inner[topic] = sub
@@ -500,6 +503,7 @@ class PushConsumer(ConsumerBase):
                     subscription=sub.sub_string,
                     sub_version=sub.sub_version,
                     timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
+                    expression_type=sub.expression_type,
                 )
             except RMQError as e:
                 if pq.dropped:
@@ -517,7 +521,7 @@ class PushConsumer(ConsumerBase):
             if status is PullStatus.FOUND:
                 msgs = result.msg_found_list
                 if not sub.matches_all:
-                    msgs = [m for m in msgs if sub.matches(m.tags)]
+                    msgs = [m for m in msgs if sub.accepts(m.properties)]
                 if msgs:
                     pq.put_message(msgs)
                     self.consume_service.submit_consume_request(msgs, pq, mq)

@@ -574,6 +574,11 @@ class MessageStore:
     def look_message_by_offset(self, phys_offset: int) -> dict[str, Any]:
         return self.core.look_message_by_offset(phys_offset)
 
+    def properties_at(self, phys_offset: int) -> dict[str, str]:
+        """The properties of the record at phys_offset (a property filter's
+        input)."""
+        return self.core.properties_at(phys_offset)
+
     def look_message_by_offset_msg_id(self, msg_id: str) -> dict[str, Any]:
         """The message of an offsetMsgId stored by this store."""
         host, offset = decode_offset_msg_id(msg_id)

@@ -27,7 +27,9 @@ from pyrmq.common.errors import (
     SubscriptionNotExistError,
     TopicNotExistError,
 )
+from pyrmq.common.filter import Sql92Filter
 from pyrmq.common.subscription import SubscriptionData
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection, FileRanges
 from pyrmq.storage import MessageStore
@@ -69,8 +71,66 @@ class PullRequest:
     offset: int
     max_msgs: int
     codes: frozenset[int]
+    #: a SQL92 subscription's filter (evaluated on each message's properties)
+    sql: Sql92Filter | None = None
     timer: asyncio.TimerHandle | None = None
     done: bool = False
+
+
+#: RocketMQ's getMessage looks at up to max(16000 bytes of ConsumeQueue,
+#: maxMsgNums units) to fill a filtered pull: 800 messages
+MAX_FILTER_SCAN = 800
+
+
+@dataclasses.dataclass(slots=True)
+class _Filtered:
+    """A get_message result with the records a property filter kept."""
+
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    ranges: list[tuple[int, int]]
+    total_bytes: int
+
+
+def _filter_by_properties(store: MessageStore, req: PullRequest, r: Any, limit: int) -> Any:
+    """Keep the records whose properties req.sql selects, reading on until
+    req.max_msgs are kept or MAX_FILTER_SCAN looked at (as RocketMQ's
+    getMessage does for a filter); nothing kept is NO_MATCHED_MESSAGE with
+    next_begin_offset past what was looked at."""
+    sql = req.sql
+    assert sql is not None
+    if r.status != "FOUND":
+        return r
+    kept: list[tuple[int, int]] = []
+    start = req.offset  # the queue offset of r.ranges[0]
+    next_begin = r.next_begin_offset
+    scanned = 0
+    for _ in range(MAX_FILTER_SCAN):  # each round looks at one record at least
+        if not r.ranges:
+            break
+        # unfiltered, a batch is consecutive queue offsets from `start`
+        consecutive = r.next_begin_offset == start + len(r.ranges)
+        for i, rng in enumerate(r.ranges):
+            if sql.matches(store.properties_at(rng[0])):
+                kept.append(rng)
+                if len(kept) >= req.max_msgs and consecutive:
+                    next_begin = start + i + 1
+                    break
+        else:
+            next_begin = r.next_begin_offset
+        scanned += len(r.ranges)
+        if len(kept) >= req.max_msgs or scanned >= MAX_FILTER_SCAN:
+            break
+        nxt = store.get_message(req.topic, req.queue_id, next_begin, req.max_msgs, None, limit)
+        if nxt.status != "FOUND":
+            break
+        start, r = next_begin, nxt
+    status = "FOUND" if kept else "NO_MATCHED_MESSAGE"
+    return _Filtered(
+        status, next_begin, r.min_offset, r.max_offset, kept, sum(size for _, size in kept)
+    )
 
 
 class PullMessageProcessor:
@@ -83,6 +143,7 @@ class PullMessageProcessor:
         *,
         long_polling_enable: bool = True,
         short_polling_time_ms: int = 1000,
+        enable_property_filter: bool = False,
         sendfile_min_bytes: int = 16 * 1024,
         broker_permission: int = 6,
         broker_role: str = "ASYNC_MASTER",
@@ -95,6 +156,7 @@ class PullMessageProcessor:
         self.offsets = offsets
         self.long_polling_enable = long_polling_enable
         self.short_polling_time_ms = short_polling_time_ms
+        self.enable_property_filter = enable_property_filter
         self.sendfile_min_bytes = sendfile_min_bytes
         self.broker_permission = broker_permission
         self.slave = broker_role == "SLAVE"
@@ -156,7 +218,7 @@ class PullMessageProcessor:
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}]"
             )
         if sysflag & FLAG_SUBSCRIPTION:
-            sub = SubscriptionData.parse(topic, f.get("subscription"))
+            sub = SubscriptionData.parse(topic, f.get("subscription"), 0, f.get("expressionType"))
         else:
             found = self.consumers.find_subscription(group, topic)
             if found is None:
@@ -164,12 +226,21 @@ class PullMessageProcessor:
                     f"the consumer's subscription not exist, group: {group} topic: {topic}"
                 )
             sub = found
+        if sub.sql is not None and not self.enable_property_filter:
+            raise BrokerSystemError(
+                f"The broker does not support consumer to filter message by {sub.expression_type} "
+                "(set enablePropertyFilter=true in broker.conf)"
+            )
         if sysflag & FLAG_COMMIT_OFFSET and not self.slave:
             commit = header_int(f, "commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit_offset(group, topic, queue_id, commit)
         max_msgs = max(1, min(max_msgs, 1024))
-        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set)
+        # a retry topic holds the group's own messages, which its filter
+        # selected once already (RocketMQ filters them by the real topic's
+        # subscription; they pass it again)
+        sql = None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else sub.sql
+        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, sql)
         held = len(conn.attrs.get("held_pulls", ()))
         final = not sysflag & FLAG_SUSPEND or held >= MAX_HELD_PER_CONNECTION
         if self._answer(req, final=final, hold_unmatched=False):
@@ -187,9 +258,11 @@ class PullMessageProcessor:
         # a controller-mode master serves only what its SyncStateSet holds:
         # a record beyond that is as if it had not arrived (held, or 19)
         limit = self.confirm_limit() if self.confirm_limit is not None else -1
-        r = store.get_message(
+        r: Any = store.get_message(
             req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None, limit
         )
+        if req.sql is not None:
+            r = _filter_by_properties(store, req, r, limit)
         status = r.status
         code = _CODE_OF_STATUS.get(status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
@@ -201,6 +274,9 @@ class PullMessageProcessor:
             # Held pulls wake only for a message their filter matches (Java's
             # hold service checks the tag code); a held pull that saw only
             # other tags answers 20 with the advanced offset at its deadline.
+            if req.sql is not None and status == "NO_MATCHED_MESSAGE":
+                # what it saw does not match: never evaluate it again
+                req.offset = r.next_begin_offset
             return False
         if code == ResponseCode.PULL_OFFSET_MOVED and self.slave:
             # a slave may be behind its master: it never moves a consumer's
