@@ -66,9 +66,12 @@ def _parse_int(s: str, bits: int) -> int:
     return v
 
 
+_DOUBLE = r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)"
+
+
 def _parse_double(s: str) -> float:
     t = s.strip("".join(map(chr, range(33))))
-    if not re.fullmatch(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)", t):
+    if not re.fullmatch(_DOUBLE, t):
         raise Unreadable(s)
     if "NaN" in t:
         return math.nan

@@ -23,9 +23,7 @@ NAMES = ["a", "b", "region", "TAGS"]
 VALUES = ["1", "-3", "2.5", "0", "-0.0", "1e3", " 7 ", "5L", "abc", "eu", "us", "true",
           "TRUE", "false", "", "3000000000", "NaN", "Infinity", "0x10", "1_000", "٣"]  # fmt: skip
 
-ints = st.integers(-5, 5).map(lambda v: ("I", v)) | st.sampled_from(
-    [("L", 3000000000), ("L", 2)]
-)
+ints = st.integers(-5, 5).map(lambda v: ("I", v)) | st.sampled_from([("L", 3000000000), ("L", 2)])
 doubles = st.sampled_from([0.5, 2.5, 1000.0, 3.0]).map(lambda v: ("D", v))
 strings = st.sampled_from(["eu", "abc", "1", "2.5", "it's", ""]).map(lambda v: ("S", v))
 bools = st.booleans().map(lambda v: ("B", v))
@@ -64,9 +62,11 @@ def _between_ok(e: tuple[Any, ...]) -> bool:
 
 expressions = st.recursive(
     _leaf(),
-    lambda inner: st.tuples(st.just("and"), st.lists(inner, min_size=2, max_size=3))
-    | st.tuples(st.just("or"), st.lists(inner, min_size=2, max_size=3))
-    | st.tuples(st.just("not"), inner),
+    lambda inner: (
+        st.tuples(st.just("and"), st.lists(inner, min_size=2, max_size=3))
+        | st.tuples(st.just("or"), st.lists(inner, min_size=2, max_size=3))
+        | st.tuples(st.just("not"), inner)
+    ),
     max_leaves=8,
 )
 messages = st.dictionaries(st.sampled_from(NAMES), st.sampled_from(VALUES), max_size=4)

@@ -132,10 +132,13 @@ def pull_cmd(
     sub: str = "*",
     suspend_ms: int = 0,
     commit_offset: int = 0,
+    expression_type: str | None = None,
 ) -> RemotingCommand:
+    extra = {} if expression_type is None else {"expressionType": expression_type}
     return RemotingCommand(
         RC.PULL_MESSAGE,
         {
+            **extra,
             "consumerGroup": group,
             "topic": topic,
             "queueId": str(queue_id),
