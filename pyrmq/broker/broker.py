@@ -207,6 +207,7 @@ class Broker:
             broker_name=cfg.broker_name,
             retry_queue_nums=cfg.retry_queue_nums,
             publish_topics=self._topics_published,
+            enable_property_filter=cfg.enable_property_filter,
         )
         admin = AdminBrokerProcessor(
             store,
@@ -242,6 +243,7 @@ class Broker:
         server.register(RequestCode.GET_PENDING_TRANSACTIONS, self.end_transaction.pending)
         server.register(RequestCode.PULL_MESSAGE, self.pull_processor.process)
         server.register(RequestCode.HEART_BEAT, cm.heart_beat)
+        server.register(RequestCode.CHECK_CLIENT_CONFIG, cm.check_client_config)
         server.register(RequestCode.UNREGISTER_CLIENT, cm.unregister_client)
         server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cm.consumer_list)
         server.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_offset)

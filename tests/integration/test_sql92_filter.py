@@ -7,6 +7,7 @@ broker without the switch answers what is wrong. Real NameServer + Broker
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
@@ -28,6 +29,14 @@ from pyrmq.remoting.codes import ResponseCode as R
 from tests._waiting import wait_until
 
 from .helpers import cluster, max_offset, props, pull, send_ok, simple
+
+
+def _check_body(expression: str, kind: str) -> bytes:
+    """A CheckClientRequestBody as the Java client sends it."""
+    sub = {"topic": "ErrSqlT", "subString": expression, "expressionType": kind,
+           "classFilterMode": False, "subVersion": 1}  # fmt: skip
+    return json.dumps({"clientId": "c1", "group": "CG-chk", "subscriptionData": sub}).encode()
+
 
 FILTER = "a > 500 AND (region = 'eu' OR region IS NULL) AND TAGS <> 'skip'"
 QUEUES = 4
@@ -154,6 +163,15 @@ def test_sql92_errors_as_a_user_sees_them(arun, tmp_path):
             r = await pull(cl, c.broker_addr, "ErrSqlT", 0, 0, sysflag=2 | 4,
                            sub="a = 1", expression_type="SQL92")  # fmt: skip
             assert r.code == R.SUCCESS, r
+            # CHECK_CLIENT_CONFIG, which the Java client asks at subscribe
+            for expr, kind, code in [
+                ("a = 1", "SQL92", R.SUCCESS),
+                ("a =", "SQL92", R.SUBSCRIPTION_PARSE_FAILED),
+                ("TagA || TagB", "TAG", R.SUCCESS),
+            ]:
+                r = await simple(cl, c.broker_addr, RC.CHECK_CLIENT_CONFIG,
+                                 body=_check_body(expr, kind))  # fmt: skip
+                assert r.code == code, (expr, r)
         # a broker without enablePropertyFilter says so
         async with cluster(tmp_path / "off") as (c, cl):
             await send_ok(cl, c.broker_addr, "OffSqlT", b"x", 0, props(a="1"))
@@ -161,5 +179,8 @@ def test_sql92_errors_as_a_user_sees_them(arun, tmp_path):
                            sub="a = 1", expression_type="SQL92")  # fmt: skip
             assert r.code == R.SYSTEM_ERROR, r
             assert "enablePropertyFilter" in (r.remark or "")
+            r = await simple(cl, c.broker_addr, RC.CHECK_CLIENT_CONFIG,
+                             body=_check_body("a = 1", "SQL92"))  # fmt: skip
+            assert r.code == R.SYSTEM_ERROR and "SQL92" in (r.remark or ""), r
 
     arun(main())

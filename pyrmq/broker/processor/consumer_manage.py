@@ -1,7 +1,7 @@
 """Client-facing group management: HEART_BEAT (34), UNREGISTER_CLIENT (35),
 GET_CONSUMER_LIST_BY_GROUP (38), QUERY_CONSUMER_OFFSET (14),
-UPDATE_CONSUMER_OFFSET (15), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42)
-(ClientManageProcessor + ConsumerManageProcessor)."""
+UPDATE_CONSUMER_OFFSET (15), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
+CHECK_CLIENT_CONFIG (46) (ClientManageProcessor + ConsumerManageProcessor)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, int_field, queue_id_field
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
+from pyrmq.common.subscription import SubscriptionData
 from pyrmq.common.topics import retry_topic
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection, HandlerResult
@@ -63,6 +64,7 @@ class ConsumerManageProcessor:
         broker_name: str,
         retry_queue_nums: int = 1,
         publish_topics: Callable[[], Awaitable[None]] | None = None,
+        enable_property_filter: bool = False,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -73,6 +75,7 @@ class ConsumerManageProcessor:
         self.broker_name = broker_name
         self.retry_queue_nums = retry_queue_nums
         self.publish_topics = publish_topics
+        self.enable_property_filter = enable_property_filter
 
     def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
         data = _json_body(cmd, "HEART_BEAT")
@@ -101,6 +104,28 @@ class ConsumerManageProcessor:
             # as Java's broker, answer once the name servers route the new
             # %RETRY% topic, so the consumer's first rebalance finds it
             return self._answer_when_published(cmd)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        """CHECK_CLIENT_CONFIG: the Java client asks it when a consumer
+        subscribes with a selector (body {clientId, group, subscriptionData});
+        a TAG subscription passes, a SQL92 one needs enablePropertyFilter
+        (SYSTEM_ERROR) and must compile (SUBSCRIPTION_PARSE_FAILED)."""
+        data = _json_body(cmd, "CHECK_CLIENT_CONFIG")
+        sub = data.get("subscriptionData")
+        if not isinstance(sub, dict):
+            return cmd.response(ResponseCode.SUCCESS)
+        kind = str(sub.get("expressionType") or "TAG")
+        if kind.upper() == "TAG":
+            return cmd.response(ResponseCode.SUCCESS)
+        if not self.enable_property_filter:
+            raise BrokerSystemError(
+                f"The broker does not support consumer to filter message by {kind}"
+            )
+        # SubscriptionParseFailedError (23) names what does not parse
+        SubscriptionData.parse(
+            str(sub.get("topic") or ""), str(sub.get("subString") or ""), 0, kind
+        )
         return cmd.response(ResponseCode.SUCCESS)
 
     async def _answer_when_published(self, cmd: RemotingCommand) -> RemotingCommand:
