@@ -163,6 +163,12 @@ def add_arguments(sub: Any) -> None:
     _common(co)
     co.add_argument("-g", "--group", default=None, help="consumer group (a new one)")
     co.add_argument("-e", "--subscription", default="*", help="tag expression ('*')")
+    co.add_argument(
+        "--sql",
+        action="store_true",
+        help="-e is a SQL92 expression (MessageSelector.by_sql; the broker needs "
+        "enablePropertyFilter=true)",
+    )
     co.add_argument("--from-beginning", action="store_true", help="start at the first message")
     co.add_argument(
         "--consumer",

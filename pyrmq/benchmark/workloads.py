@@ -278,6 +278,7 @@ async def consume(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     from pyrmq.consumer import (
         ConsumeConcurrentlyStatus,
         ConsumeFromWhere,
+        MessageSelector,
         PullConsumer,
         PushConsumer,
     )
@@ -327,7 +328,12 @@ async def consume(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     except BaseException:
         await c.client.shutdown()
         raise
-    c.subscribe(args.topic, args.subscription)
+    selector = (
+        MessageSelector.by_sql(args.subscription)
+        if getattr(args, "sql", False)
+        else MessageSelector.by_tag(args.subscription)
+    )
+    c.subscribe(args.topic, selector)
     await c.start()
     try:
         await run.started()
