@@ -122,6 +122,19 @@ def compressed_register_body(topics: dict[str, dict[str, Any]]) -> bytes:
 
 
 #: bodies nested deeper than Python's recursion limit, for every JSON reader
+#: SQL92 subscriptions (pulls with expressionType SQL92, CHECK_CLIENT_CONFIG):
+#: valid ones to mutate, and hostile ones (deep nesting, huge, garbage)
+SQL_EXPRESSIONS = (
+    "a > 5 AND region IN ('eu', 'us') OR b IS NULL",
+    "TAGS = 'a' AND NOT (p BETWEEN 1 AND 9) AND s CONTAINS 'x'",
+    "(" * 5000 + "a = 1" + ")" * 5000,
+    "NOT " * 5000 + "a = 1",
+    " OR ".join(f"a = '{i}'" for i in range(20_000)),
+    "a IN (" + ",".join("'x'" for _ in range(30_000)) + ")",
+    "a = 'unterminated",
+    "a > 1e99999 AND b = 99999999999999999999999",
+    "\x00\x01\x02 /* -- */ '",
+)
 DEEP_BODIES = (b"[" * 50_000, b'{"a":' * 20_000, b'{"consumerDataSet":' + b"[" * 50_000)
 
 
@@ -140,9 +153,15 @@ def broker_templates() -> list[tuple[int, dict[str, str], bytes]]:
         "subscription": "a || b",
         "subVersion": "0",
     }
+    sql_pull = dict(pull, expressionType="SQL92", subscription=SQL_EXPRESSIONS[0])
+    check = {"clientId": "fuzz@1", "group": "FuzzG",
+             "subscriptionData": {"topic": "FuzzT", "subString": SQL_EXPRESSIONS[1],
+                                  "expressionType": "SQL92"}}  # fmt: skip
     batch = rmqcore.encode_batch([(b"b1", {"TAGS": "a"}, 0), (b"b2", {"KEYS": "x"}, 0)])
     topic_q = {"topic": "FuzzT", "queueId": "0"}
     return [
+        (RC.PULL_MESSAGE, sql_pull, b""),
+        (RC.CHECK_CLIENT_CONFIG, {}, json.dumps(check).encode()),
         (RC.SEND_MESSAGE, send, b"fuzz-body"),
         (RC.SEND_MESSAGE_V2, v2(send), b"fuzz-body-v2"),
         (RC.SEND_BATCH_MESSAGE, v2(dict(send, batch="1", properties="")), batch),
@@ -245,6 +264,8 @@ class Mutator:
                  "TAGS\x01", "\x01\x02\x01\x02", "DELAY\x01999\x02", "a\x01b\x02c",
                  props(UNIQ_KEY="x" * 200), props(MAX_OFFSET="-1", MIN_OFFSET="x"))
             )  # fmt: skip
+        if k == 11 and rng.random() < 0.5:  # SQL92 expressions, valid and hostile
+            return rng.choice((*SQL_EXPRESSIONS, "SQL92", "TAG", "XPATH"))
         return ""
 
     def _bytes(self, n: int) -> bytes:

@@ -73,7 +73,8 @@ def _cluster(tmp_path: pathlib.Path, **conf: Any) -> ProcessCluster:
     return ProcessCluster(
         tmp_path / "cluster",
         [BROKER],
-        broker_conf={"maxMessageSize": 64 * 1024, **conf},
+        # the property filter on: SQL92 pulls are evaluated, not refused
+        broker_conf={"maxMessageSize": 64 * 1024, "enablePropertyFilter": "true", **conf},
     )
 
 

@@ -27,7 +27,7 @@ KEYS = [
     "endTimestamp", "timestamp", "readQueueNums", "writeQueueNums", "perm", "producerGroup",
     "clientID", "defaultTopic", "defaultTopicQueueNums", "reconsumeTimes", "maxReconsumeTimes",
     "brokerName", "brokerAddr", "clusterName", "brokerId", "namespace", "value", "b", "e", "m",
-    "_UNIQUE_KEY_QUERY", "bodyCrc32", "compressed",
+    "_UNIQUE_KEY_QUERY", "bodyCrc32", "compressed", "expressionType",
 ]  # fmt: skip
 VALUES = [
     "", "0", "1", "-1", "7", "abc", "FuzzT", "%RETRY%G", "%DLQ%G", "999999999999999999999",
