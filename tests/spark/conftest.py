@@ -61,7 +61,9 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     """A `pyrmq standalone` process for this module's tests."""
-    proc = StandaloneProcess(tmp_path_factory.mktemp("standalone"), SMALL_STORE)
+    # the property filter on: readers may select with SQL92
+    settings = {**SMALL_STORE, "enablePropertyFilter": "true"}
+    proc = StandaloneProcess(tmp_path_factory.mktemp("standalone"), settings)
     proc.start()
     try:
         yield proc

@@ -123,6 +123,13 @@ def test_offsets_json_timestamp_filter_and_assign(spark: Any, broker: Any, sent:
     tagged = _load(spark, ns, topic=topic, subExpression="TagA || Big").collect()
     assert {r["tags"] for r in tagged} == {"TagA", "Big"} and len(tagged) == 101
 
+    # SQL92, filtered by the broker: n is 0..199 on the first 200 messages
+    selected = _load(
+        spark, ns, topic=topic, subExpression="n >= 150 AND TAGS = 'TagA'",
+        subExpressionType="SQL92",
+    ).collect()  # fmt: skip
+    assert sorted(int(bytes(r["body"]).decode()[6:]) for r in selected) == list(range(151, 200, 2))
+
     one = _load(spark, ns, assign=json.dumps({topic: [1]})).collect()
     assert one and {r["queueId"] for r in one} == {1}
     assert len(_load(spark, ns, topicPattern="SparkRe.d").collect()) == 252
@@ -166,6 +173,8 @@ def test_narrower_schema_reads_only_those_columns(spark: Any, broker: Any, sent:
         ({"topic": "A", "topicPattern": "B"}, "exactly one of the options topic"),
         ({"failOnDataLoss": "maybe"}, "expected true or false"),
         ({"maxOffsetsPerTrigger": "10"}, "streaming reads only"),
+        ({"subExpressionType": "XPATH"}, "use TAG or SQL92"),
+        ({"subExpression": "n >", "subExpressionType": "SQL92"}, "does not parse"),
     ],
 )
 def test_bad_options_fail_at_planning(
