@@ -27,11 +27,18 @@ the index last caught up are kept in memory (topic and key to CommitLog
 offset) and forgotten once indexed. At start-up, before the first send is
 checked, the CommitLog tail recovery left unindexed is indexed; the
 IndexFiles are themselves rebuilt from the CommitLog by recovery, so the
-window is the CommitLog's. Single messages are checked; a batch's are not
-(yet)."""
+window is the CommitLog's.
+
+A batch is stored whole or not at all, so a batch is a duplicate when its
+first message was stored within the window and the records that follow it
+in the CommitLog are the batch's other messages, key for key (a retried
+batch is the same bytes): it is answered with the stored batch's ids and
+not stored again. A batch whose first key matches but whose other messages
+differ is not a retry and is stored."""
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +48,30 @@ import rmqcore
 from pyrmq.storage import MessageStore
 
 KEY_MODES = ("UNIQ_KEY", "KEYS")
+_ENTRY = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLEN
+_PROPS_LEN = struct.Struct(">h")
+
+
+def batch_properties(body: bytes, limit: int = 100_000) -> list[str] | None:
+    """The properties of each message of a batch body (rmq_format.h section
+    4), or None when it does not read as one (the store then refuses it)."""
+    out: list[str] = []
+    pos, end = 0, len(body)
+    for _ in range(limit):
+        if pos == end:
+            return out
+        if end - pos < _ENTRY.size + _PROPS_LEN.size:
+            return None
+        total, _, _, _, body_len = _ENTRY.unpack_from(body, pos)
+        at = pos + _ENTRY.size + body_len
+        if body_len < 0 or total < _ENTRY.size + 2 or at + 2 > end:
+            return None
+        (props_len,) = _PROPS_LEN.unpack_from(body, at)
+        if props_len < 0 or at + 2 + props_len > end:
+            return None
+        out.append(body[at + 2 : at + 2 + props_len].decode("utf-8", "replace"))
+        pos = at + 2 + props_len
+    return None
 
 
 def prop_of(props: str, name: str) -> str:
@@ -112,6 +143,27 @@ class DuplicateDetector:
                 self.duplicates += 1
                 return m
         return None
+
+    def stored_batch(self, topic: str, props: list[str]) -> tuple[dict[str, Any], int] | None:
+        """(the first record, the bytes of all) of a batch with these
+        messages' properties stored in topic within the window, or None."""
+        if not props:
+            return None
+        first = self.stored(topic, props[0])
+        if first is None:
+            return None
+        offset = first["commit_log_offset"]
+        for p in props:
+            try:
+                m = self.store.look_message_by_offset(offset)
+            except Exception:  # past the end, or another kind of record
+                return None
+            found = self.key_of(m["properties"].decode("utf-8", "replace"))
+            if m["topic"] != topic or not found or found != self.key_of(p):
+                self.duplicates -= 1  # counted by stored(): not a retry after all
+                return None
+            offset += m["store_size"]
+        return first, offset - first["commit_log_offset"]
 
     def remember(self, topic: str, props: str, r: rmqcore.AppendResult) -> None:
         """A send just stored: found by `stored` until the index has it."""

@@ -8,9 +8,11 @@ import asyncio
 
 import pytest
 
+import rmqcore
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
 from pyrmq.common.errors import ClientError
+from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.storage import MessageStore
 from pyrmq.testing import LocalCluster
@@ -172,5 +174,36 @@ def test_keys_mode_for_clients_that_change_uniq_key_on_retry(arun, tmp_path):
             ]
         with pytest.raises(ClientError, match="duplicateDetectionKey='ID'"):
             BrokerConfig(duplicate_detection_key="ID")
+
+    arun(main())
+
+
+def _batch(keys: list[str]) -> bytes:
+    return rmqcore.encode_batch([(b"b-" + k.encode(), {"UNIQ_KEY": k}, 0) for k in keys])
+
+
+def test_a_resent_batch_is_answered_not_stored(arun, tmp_path):
+    """A batch is stored whole, so its retry (the same bytes) is answered
+    with the stored batch's ids, queue and offset; a batch that shares only
+    its first key with a stored one is not a retry and is stored."""
+    keys = [f"{KEY[:-2]}{i:02X}" for i in range(5)]
+
+    async def main() -> None:
+        async with cluster(tmp_path, duplicate_detection=True) as (c, cl):
+            body = _batch(keys)
+            first = await send(cl, c.broker_addr, "DupB", body, 1, "", code=RC.SEND_BATCH_MESSAGE,
+                               batch=True)  # fmt: skip
+            assert first.code == R.SUCCESS, first
+            assert len(first.ext_fields["msgId"].split(",")) == 5
+            again = await send(cl, c.broker_addr, "DupB", body, 2, "", code=RC.SEND_BATCH_MESSAGE,
+                               batch=True)  # fmt: skip
+            assert again.code == R.SUCCESS and fields_of(again) == fields_of(first)
+            assert [await max_offset(cl, c.broker_addr, "DupB", q) for q in (1, 2)] == [5, 0]
+            # the same first key, other messages after it: stored
+            other = _batch([keys[0], OTHER])
+            r = await send(cl, c.broker_addr, "DupB", other, 1, "", code=RC.SEND_BATCH_MESSAGE,
+                           batch=True)  # fmt: skip
+            assert r.code == R.SUCCESS and r.ext_fields["queueOffset"] == "5"
+            assert c.broker.dedup.duplicates == 1  # type: ignore[union-attr]
 
     arun(main())

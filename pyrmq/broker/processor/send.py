@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import rmqcore
-from pyrmq.broker.dedup import DuplicateDetector
+from pyrmq.broker.dedup import DuplicateDetector, batch_properties
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.schedule import put_copy
@@ -301,12 +301,18 @@ class SendMessageProcessor:
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
     def _answer_stored(
-        self, conn: Connection, cmd: RemotingCommand, m: dict[str, Any]
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        m: dict[str, Any],
+        batch_ids: str | None = None,
+        batch_bytes: int = 0,
     ) -> HandlerResult:
         """A message sent again that this broker stored already (a retry
         after a lost answer): the first send's answer (its offset id, queue
         and queue offset; the queue it was sent to for a delayed one), once
-        it is as durable as the first answer waited for."""
+        it is as durable as the first answer waited for. A batch: its
+        first record, the ids of all and the bytes they take."""
         props = m["properties"]
         qid = m["queue_id"]
         if m["topic"] in (SCHEDULE_TOPIC, TRANS_HALF_TOPIC):
@@ -315,7 +321,8 @@ class SendMessageProcessor:
         answer = cmd.response(
             ResponseCode.SUCCESS,
             {
-                "msgId": rmqcore.offset_msg_id(m["store_host"], m["commit_log_offset"]),
+                "msgId": batch_ids
+                or rmqcore.offset_msg_id(m["store_host"], m["commit_log_offset"]),
                 "queueId": str(qid),
                 "queueOffset": str(m["queue_offset"]),
                 "MSG_REGION": "DefaultRegion",
@@ -324,7 +331,7 @@ class SendMessageProcessor:
         )
         if cmd.flag & FLAG_ONEWAY:
             return None
-        end = m["commit_log_offset"] + m["store_size"]
+        end = m["commit_log_offset"] + (batch_bytes or m["store_size"])
         replica = None
         if self._ha is not None and self._ha.required_acks > 0:
             if self._ha.is_slave_ok(end):
@@ -520,6 +527,17 @@ class SendMessageProcessor:
         props: str,
         body: bytes,
     ) -> HandlerResult:
+        first_props = None
+        if self.dedup is not None:
+            each = batch_properties(body)
+            if each:
+                first_props = each[0]
+                found = self.dedup.stored_batch(topic, each)
+                if found is not None:
+                    m, length = found
+                    host = m["store_host"]
+                    ids = self.store.core.offset_msg_ids(host, m["commit_log_offset"], length)
+                    return self._answer_stored(conn, cmd, m, ids, length)
         with _STORE_ERRORS:
             r = self.store.put_messages_nowait(
                 topic,
@@ -529,6 +547,8 @@ class SendMessageProcessor:
                 born_timestamp=born_ts,
                 born_host=born_host_of(conn),
             )
+        if self.dedup is not None and first_props is not None:
+            self.dedup.remember(topic, first_props, r)
         ids = self.store.core.offset_msg_ids(r.store_host, r.phys_offset, r.wrote_bytes)
         return self._answer(conn, cmd, r, ids, queue_id, props)
 
