@@ -315,21 +315,27 @@ def offset_msg_id(store_host: str, commit_log_offset: int) -> str:
     return rmqcore.offset_msg_id(host_bytes(store_host), commit_log_offset)
 
 
-def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
-    """(store host "ip:port", CommitLog offset) of an offset message id;
-    ValueError when msg_id is not one."""
+def split_offset_msg_id(msg_id: str) -> tuple[bytes, int]:
+    """(store host as stored: IPv4 or IPv6 address + port, CommitLog offset)
+    of an offset message id (32 or 56 hex digits); ValueError when msg_id is
+    not one. The one parser of the format (offset_msg_id writes it)."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
         raise ValueError(f"message id {msg_id!r} is not hexadecimal") from None
-    if len(raw) == 16:
-        return host_str(raw[:8]), int.from_bytes(raw[8:], "big")
-    if len(raw) == 28:
-        return host_str(raw[:20]), int.from_bytes(raw[20:], "big")
-    raise ValueError(
-        f"message id {msg_id!r} is {len(msg_id)} characters; an offset message id has 32 "
-        "(IPv4 store host) or 56 (IPv6)"
-    )
+    if len(raw) not in (16, 28):
+        raise ValueError(
+            f"message id {msg_id!r} is {len(msg_id)} characters; an offset message id has 32 "
+            "(IPv4 store host) or 56 (IPv6)"
+        )
+    return raw[:-8], int.from_bytes(raw[-8:], "big")
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """(store host "ip:port", CommitLog offset) of an offset message id;
+    ValueError when msg_id is not one."""
+    host, offset = split_offset_msg_id(msg_id)
+    return host_str(host), offset
 
 
 # -- unique message ids (MessageClientIDSetter) ------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 import rmqcore
 from pyrmq.common.errors import DiskFullError, StoreError
+from pyrmq.common.message import split_offset_msg_id
 from pyrmq.storage.clean import CleanResult, CleanService, disk_used_ratio
 from pyrmq.storage.config import FlushDiskType, MessageStoreConfig
 from pyrmq.storage.flush import GroupCommitService, PeriodicFlushService
@@ -96,17 +97,6 @@ def encode_host(host: str, port: int) -> bytes:
     """Socket address as stored: IPv4 (4 bytes) or IPv6 (16) + int32 port."""
     ip = ipaddress.ip_address(host)
     return ip.packed + port.to_bytes(4, "big")
-
-
-def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int]:
-    """(store host bytes, CommitLog offset) of an offsetMsgId (32 or 56 hex)."""
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValueError(f"offsetMsgId {msg_id!r} is not hex") from None
-    if len(raw) not in (16, 28):
-        raise ValueError(f"offsetMsgId {msg_id!r} must be 32 or 56 hex digits")
-    return raw[:-8], int.from_bytes(raw[-8:], "big", signed=True)
 
 
 class MessageStore:
@@ -581,7 +571,7 @@ class MessageStore:
 
     def look_message_by_offset_msg_id(self, msg_id: str) -> dict[str, Any]:
         """The message of an offsetMsgId stored by this store."""
-        host, offset = decode_offset_msg_id(msg_id)
+        host, offset = split_offset_msg_id(msg_id)
         if host != self._store_host:
             raise ValueError(f"offsetMsgId {msg_id} was not stored by this broker")
         return self.core.look_message_by_offset(offset)

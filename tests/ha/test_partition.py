@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 
 from pyrmq.common.errors import RMQError
-from pyrmq.common.message import Message
+from pyrmq.common.message import Message, split_offset_msg_id
 from pyrmq.common.results import SendStatus
 from pyrmq.controller.client import ControllerClient
 from pyrmq.producer import Producer
-from pyrmq.storage.message_store import decode_offset_msg_id, encode_host
+from pyrmq.storage.message_store import encode_host
 from pyrmq.testing.cluster import ProcessCluster
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin
@@ -102,7 +102,7 @@ async def _partition(
         False: its route may have moved to b1 before the cut)."""
         out = []
         for k, w, b, *rest in (x.split() for x in lines):
-            if k == "OK" and (not only_b0 or decode_offset_msg_id(rest[0])[0] == b0_host):
+            if k == "OK" and (not only_b0 or split_offset_msg_id(rest[0])[0] == b0_host):
                 out.append((float(w), b))
         return out
 
