@@ -15,7 +15,7 @@ _DAYS = "2"
 
 
 @dataclasses.dataclass(frozen=True)
-class TestCerts:
+class CertFiles:
     ca: pathlib.Path
     server_cert: pathlib.Path
     server_key: pathlib.Path
@@ -67,7 +67,7 @@ def _leaf(d: pathlib.Path, name: str, ext: str) -> None:
     )  # fmt: skip
 
 
-def make_test_certs(directory: str | pathlib.Path) -> TestCerts:
+def make_test_certs(directory: str | pathlib.Path) -> CertFiles:
     """Write the certificates and keys under directory (PEM)."""
     d = pathlib.Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ def make_test_certs(directory: str | pathlib.Path) -> TestCerts:
         "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n",
     )
     _leaf(d, "client", "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
-    return TestCerts(
+    return CertFiles(
         ca=d / "ca.pem",
         server_cert=d / "server.pem",
         server_key=d / "server.key",
