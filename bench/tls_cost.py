@@ -15,7 +15,8 @@ one in reverse order (a noisy moment on a shared machine hurts both alike):
   messages produced, a new group each time, with and without ``--tls``.
   Plain pulls of 32 x 1 KiB go out by sendfile (answers >= 16 KiB); over
   TLS the broker copies them through the cipher, so this also prices the
-  lost sendfile.
+  lost sendfile; ``--sendfile-min-bytes 1073741824`` copies plain pulls too,
+  leaving the cipher alone in the ratio.
 
 Per case the median over the rounds, and the TLS/plain ratio taken round
 by round, then its median.
@@ -69,7 +70,9 @@ def _cli(*args: str, timeout: float, server_pid: int) -> dict[str, Any]:
     return summary
 
 
-def run(seconds: float, rounds: int, body: int) -> dict[str, Any]:
+def run(
+    seconds: float, rounds: int, body: int, sendfile_min_bytes: int | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pyrmq-tls-cost-") as tmp:
         work = pathlib.Path(tmp)
         certs = make_test_certs(work / "certs")
@@ -79,6 +82,8 @@ def run(seconds: float, rounds: int, body: int) -> dict[str, Any]:
             ),
             "mappedFileSizeCommitLog": 256 << 20,
         }
+        if sendfile_min_bytes is not None:
+            settings["transferBySendfileMinBytes"] = sendfile_min_bytes
         srv = StandaloneProcess(work, settings)
         srv.start()
         try:
@@ -130,7 +135,14 @@ def run(seconds: float, rounds: int, body: int) -> dict[str, Any]:
                 print(f"round {r + 1}/{rounds}: {json.dumps(row)}", file=sys.stderr)
         finally:
             srv.stop()
-    return {"seconds": seconds, "rounds": rounds, "body": body, "per_round": rows, **_summary(rows)}
+    return {
+        "seconds": seconds,
+        "rounds": rounds,
+        "body": body,
+        "transfer_by_sendfile_min_bytes": sendfile_min_bytes,
+        "per_round": rows,
+        **_summary(rows),
+    }
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -160,7 +172,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> str:
     lines = [
         f"TLS vs plain, {result['body']} B bodies, {result['rounds']} rounds of "
-        f"{result['seconds']:g} s (medians; ratio = median of per-round TLS/plain)",
+        f"{result['seconds']:g} s, transferBySendfileMinBytes="
+        f"{result['transfer_by_sendfile_min_bytes'] or 'default'} "
+        "(medians; ratio = median of per-round TLS/plain)",
         "",
         "| measure | plain | TLS | TLS/plain |",
         "|---|---:|---:|---:|",
@@ -175,9 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--body", type=int, default=1024)
+    p.add_argument(
+        "--sendfile-min-bytes",
+        type=int,
+        default=None,
+        help="the broker's transferBySendfileMinBytes (a huge value: plain pulls are copied "
+        "too, so the comparison prices the cipher alone)",
+    )
     p.add_argument("--out", default=None, help="write the result as JSON here")
     a = p.parse_args(argv)
-    result = run(a.seconds, a.rounds, a.body)
+    result = run(a.seconds, a.rounds, a.body, a.sendfile_min_bytes)
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(result, indent=2))
     print(render(result))

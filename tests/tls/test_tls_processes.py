@@ -61,6 +61,11 @@ def test_enforcing_end_to_end(arun, enforcing: ProcessCluster, certs: CertFiles)
         assert rc == 1, (out, err)
         assert err.count("\n") == 1 and err.startswith("error: ") and "TLS" in err, err
         assert "Traceback" not in err
+        # the console producer too
+        rc, out, err = await pyrmq_cli(
+            "produce", "-n", ns, "-t", topic, "--body", "cli", "--count", "2", "-q", *tls_opts
+        )
+        assert rc == 0, err
 
         got: dict[bytes, int] = {}
 
@@ -86,6 +91,7 @@ def test_enforcing_end_to_end(arun, enforcing: ProcessCluster, certs: CertFiles)
                 assert r.send_status.name == "SEND_OK"
         await consumer.start()
         try:
+            sent.append(b"cli")
             await wait_until(
                 lambda: set(got) == set(sent),
                 "the push consumer receiving every message over TLS",
