@@ -16,7 +16,7 @@ from pyrmq.consumer.push_consumer import PushConsumer
 from pyrmq.consumer.types import ConsumeFromWhere
 from pyrmq.producer.producer import Producer
 from pyrmq.testing.certs import CertFiles
-from pyrmq.testing.cluster import ProcessCluster
+from pyrmq.testing.cluster import ProcessCluster, StandaloneProcess
 from tests._cli import pyrmq_cli
 from tests._waiting import wait_until
 
@@ -172,3 +172,26 @@ def test_handshake_timeout_is_bounded_for_cli_servers(arun, tmp_path, certs) -> 
 
         took = arun(main(), timeout=30)
         assert took < 10
+
+
+def test_standalone_enforcing_registers_its_broker_over_tls(arun, tmp_path, certs) -> None:
+    """`pyrmq standalone` with tls.server.mode=enforcing and no client keys:
+    its broker registers with its own name server over TLS, trusting the
+    server's certificate."""
+    settings = {**certs.server_properties("enforcing"), "mappedFileSizeCommitLog": 16 << 20}
+    srv = StandaloneProcess(tmp_path, settings)
+    srv.start()
+    try:
+
+        async def main() -> None:
+            async with Producer("st-pg", srv.namesrv, tls=True, tls_ca=str(certs.ca)) as p:
+                r = await p.send(Message("StandaloneTls", b"hello"))
+                assert r.send_status.name == "SEND_OK"
+            rc, out, err = await pyrmq_cli(
+                "admin", "clusterList", "-n", srv.namesrv, "--tls", "--tls-ca", str(certs.ca)
+            )
+            assert rc == 0 and "broker-a" in out, (out, err)
+
+        arun(main(), timeout=60)
+    finally:
+        assert srv.stop() == 0
