@@ -124,7 +124,7 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def _add_client_tools(sub: Any) -> None:
-    from pyrmq.admin.cli import add_common, default_namesrv
+    from pyrmq.admin.cli import add_common, add_tls_options, default_namesrv
 
     pr = sub.add_parser(
         "produce",
@@ -175,6 +175,7 @@ def _add_client_tools(sub: Any) -> None:
         help="stop when no message arrived for this many seconds (default: run until Ctrl-C)",
     )
     co.add_argument("--json", action="store_true", help="one JSON object per message and line")
+    add_tls_options(co)
     co.set_defaults(tool=_consume)
 
 
@@ -218,7 +219,11 @@ async def _produce(args: argparse.Namespace) -> int:
         raise ValueError("--count must be >= 0")
     sent = 0
     t0 = time.perf_counter()
-    async with Producer(args.group, args.namesrv_addr, send_msg_timeout=args.timeout) as producer:
+    from pyrmq.admin.cli import tls_kwargs
+
+    async with Producer(
+        args.group, args.namesrv_addr, send_msg_timeout=args.timeout, **tls_kwargs(args)
+    ) as producer:
         for body in _bodies(args):
             r = await producer.send(Message(args.topic, body, tags=args.tags, keys=args.keys))
             sent += 1
@@ -243,7 +248,7 @@ async def _produce(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    from pyrmq.admin.cli import fmt_time
+    from pyrmq.admin.cli import fmt_time, tls_kwargs
     from pyrmq.admin.results import message_as_dict
     from pyrmq.common.errors import TopicNotExistError
     from pyrmq.common.message import MessageExt
@@ -263,6 +268,7 @@ async def _consume(args: argparse.Namespace) -> int:
         consume_from_where=where,
         consume_message_batch_max_size=1,
         await_termination_seconds=1.0,
+        **tls_kwargs(args),
     )
     loop = asyncio.get_running_loop()
     done = asyncio.Event()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -19,6 +20,7 @@ from pyrmq.broker import Broker, load_broker_conf
 from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.namesrv import NameServer
+from pyrmq.remoting import TlsConfig
 
 log = logging.getLogger("pyrmq")
 
@@ -35,6 +37,7 @@ def add_arguments(sub: Any) -> None:
         help="namesrv.conf: listenPort, and enableControllerInNamesrv=true with the "
         "controller keys to serve a controller on the name server's port",
     )
+    _add_tls_argument(ns)
     ns.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
     ct = sub.add_parser(
@@ -48,6 +51,7 @@ def add_arguments(sub: Any) -> None:
     br = sub.add_parser("broker", help="run a Broker from a broker.conf")
     br.add_argument("-c", "--config", default=None, help="RocketMQ broker.conf (properties)")
     br.add_argument("-n", "--namesrv-addr", default=None, help="name servers, ';'-separated")
+    _add_tls_argument(br)
     br.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
     st = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
@@ -63,11 +67,27 @@ def add_arguments(sub: Any) -> None:
     st.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default=None)
     st.add_argument("-c", "--config", default=None, help="broker.conf with more settings")
     st.add_argument("--auto-create-topic", choices=("true", "false"), default=None)
+    _add_tls_argument(st)
     st.add_argument(
         "--ready-file",
         default=None,
         help="write {namesrv, broker, pid} as JSON here once listening",
     )
+
+
+def _add_tls_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--tls-config",
+        default=None,
+        metavar="FILE",
+        help="tls.properties: tls.server.mode (disabled|permissive|enforcing), "
+        "tls.server.certPath, tls.server.keyPath, ... (RocketMQ's tls.config.file; its keys "
+        "win over tls.* keys of -c)",
+    )
+
+
+def _tls_config(props: dict[str, Any], args: argparse.Namespace) -> TlsConfig:
+    return TlsConfig.from_properties(props, args.tls_config)
 
 
 def _setup_logging() -> None:
@@ -105,7 +125,8 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     ctl_cfg = None
     if str(props.get("enableControllerInNamesrv", "false")).strip().lower() == "true":
         ctl_cfg = ControllerConfig.from_properties(props)
-    async with NameServer(args.host, port, kv_config_path=args.kv_config) as ns:
+    tls = _tls_config(props, args)
+    async with NameServer(args.host, port, kv_config_path=args.kv_config, tls=tls) as ns:
         addr = f"{args.host}:{ns.port}"
         if ctl_cfg is None:
             log.info("NameServer ready: clients and brokers use %s", addr)
@@ -131,7 +152,8 @@ async def run_controller(args: argparse.Namespace) -> int:
 async def run_broker(args: argparse.Namespace) -> int:
     overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     bcfg, scfg = load_broker_conf(args.config, overrides)
-    async with Broker(bcfg, scfg) as broker:
+    tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
+    async with Broker(bcfg, scfg, tls=tls) as broker:
         _ready(args.ready_file, broker=broker.addr)
         await _until_signalled()
     return 0
@@ -139,8 +161,23 @@ async def run_broker(args: argparse.Namespace) -> int:
 
 async def run_standalone(args: argparse.Namespace) -> int:
     store = os.path.abspath(args.store)
+    tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
+    if tls.server_mode.value == "enforcing" and not tls.enable:
+        # the broker registers with its own name server, over TLS then: it
+        # trusts (and, for mutual TLS, shows) the server's own certificate
+        tls = dataclasses.replace(
+            tls,
+            enable=True,
+            client_trust_cert_path=tls.client_trust_cert_path or tls.server_cert_path,
+            client_cert_path=tls.client_cert_path or tls.server_cert_path,
+            client_key_path=tls.client_key_path or tls.server_key_path,
+            client_key_password=tls.client_key_password or tls.server_key_password,
+        )
     async with NameServer(
-        args.host, args.namesrv_port, kv_config_path=os.path.join(store, "namesrv", "kv.json")
+        args.host,
+        args.namesrv_port,
+        kv_config_path=os.path.join(store, "namesrv", "kv.json"),
+        tls=tls,
     ) as ns:
         namesrv = f"{args.host if args.host != '0.0.0.0' else '127.0.0.1'}:{ns.port}"
         overrides: dict[str, Any] = {
@@ -156,7 +193,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         if args.auto_create_topic:
             overrides["autoCreateTopicEnable"] = args.auto_create_topic
         bcfg, scfg = load_broker_conf(args.config, overrides)
-        async with Broker(bcfg, scfg) as broker:
+        async with Broker(bcfg, scfg, tls=tls) as broker:
             log.info(
                 "pyrmq standalone ready: name server %s, broker %s, store %s (%s). "
                 "Point clients at the name server %s. Ctrl-C stops.",

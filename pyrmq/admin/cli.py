@@ -8,8 +8,9 @@ Command names and short options are mqadmin's (RocketMQ 4.9 tools); each
 command also answers to a dashed lower-case alias (update-topic, topic-list,
 ...), the names this CLI had before. Every command takes -n (name servers,
 'host:port[;host:port]', default $NAMESRV_ADDR or 127.0.0.1:9876), --json
-(machine-readable output on stdout instead of aligned tables) and --timeout
-(the deadline of each request, seconds).
+(machine-readable output on stdout instead of aligned tables), --timeout
+(the deadline of each request, seconds) and --tls with --tls-ca CA.pem
+(and --tls-cert/--tls-key for mutual TLS) for servers with TLS on.
 
 A failure (a broker's refusal, an unreachable name server, a bad argument)
 prints one line, `error: ...`, on stderr and exits with status 1."""
@@ -681,6 +682,31 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=float, default=5.0, help="deadline of each request, seconds (5)"
     )
+    add_tls_options(p)
+
+
+def add_tls_options(p: argparse.ArgumentParser) -> None:
+    """--tls, --tls-ca, --tls-cert, --tls-key: TLS to the servers."""
+    p.add_argument(
+        "--tls", action="store_true", help="connect with TLS (servers with tls.server.mode on)"
+    )
+    p.add_argument(
+        "--tls-ca", default=None, metavar="PEM", help="CA the servers' certificates chain to"
+    )
+    p.add_argument("--tls-cert", default=None, metavar="PEM", help="client certificate (mTLS)")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="its private key")
+
+
+def tls_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The client's tls arguments from add_tls_options' options; --tls-ca
+    alone implies --tls."""
+    on = bool(args.tls or args.tls_ca or args.tls_cert)
+    return {
+        "tls": on,
+        "tls_ca": args.tls_ca if on else None,
+        "tls_cert": args.tls_cert if on else None,
+        "tls_key": args.tls_key if on else None,
+    }
 
 
 def add_arguments(sub: Any) -> None:
@@ -727,7 +753,7 @@ def error_line(e: BaseException) -> str:
 
 async def _run(args: argparse.Namespace) -> int:
     run: Run = args.admin_run
-    async with AdminClient(args.namesrv_addr, timeout=args.timeout) as admin:
+    async with AdminClient(args.namesrv_addr, timeout=args.timeout, **tls_kwargs(args)) as admin:
         out = await run(admin, args)
     if args.json:
         print(json.dumps(out.data, indent=2, ensure_ascii=False))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ from pyrmq.common.trace import TRACE_TOPIC, TraceRecord
 from pyrmq.common.trace import decode as decode_trace
 from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from pyrmq.remoting.tls import resolve_client_tls
 
 #: Consumer group of the admin's own pulls (Java's MixAll.TOOLS_CONSUMER_GROUP).
 #: They never carry the commit-offset flag, so no offset is ever stored for it.
@@ -90,10 +92,18 @@ class AdminClient:
         *,
         timeout: float = 5.0,
         producer_group: str = TOOLS_PRODUCER_GROUP,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.producer_group = producer_group
-        self.client = ClientInstance(namesrv_addr, request_timeout=timeout)
+        self.client = ClientInstance(
+            namesrv_addr,
+            request_timeout=timeout,
+            ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
+        )
         self.api = self.client.api
         self._producer: Producer | None = None
 
@@ -591,7 +601,10 @@ class AdminClient:
             raise ClientError("give both a broker name and a queue id, or neither")
         if self._producer is None:
             self._producer = Producer(
-                self.producer_group, self.api.namesrv_addrs, send_msg_timeout=self.timeout
+                self.producer_group,
+                self.api.namesrv_addrs,
+                send_msg_timeout=self.timeout,
+                tls=self.client.ssl_context or False,
             )
             await self._producer.start()
         mq = (

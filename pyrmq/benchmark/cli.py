@@ -50,7 +50,7 @@ import os
 import sys
 from typing import Any
 
-from pyrmq.admin.cli import default_namesrv, error_line, quiet_logging
+from pyrmq.admin.cli import add_tls_options, default_namesrv, error_line, quiet_logging
 from pyrmq.benchmark.report import render, summarize
 from pyrmq.benchmark.runner import run_processes, run_single
 from pyrmq.benchmark.workloads import MAX_BODY, WORKERS
@@ -105,6 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="write the results as JSON to FILE ('-': stdout, the table then goes to stderr)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no live lines, only the summary")
+    add_tls_options(p)
 
 
 def _send_options(p: argparse.ArgumentParser, concurrency_help: str) -> None:

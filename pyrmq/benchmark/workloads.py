@@ -99,10 +99,18 @@ class _Commit:
         return self.execute_local_transaction(msg, None)
 
 
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The clients' tls arguments from --tls, --tls-ca, ... (absent: plain)."""
+    from pyrmq.admin.cli import tls_kwargs
+
+    return tls_kwargs(args) if hasattr(args, "tls") else {}
+
+
 def _producer(args: argparse.Namespace) -> Producer:
     from pyrmq.producer import Producer, TransactionProducer
 
     kw: dict[str, Any] = {
+        **_tls(args),
         "send_msg_timeout": args.timeout,
         "compress_msg_body_over_howmuch": MAX_BODY + 1,
         "enable_msg_trace": getattr(args, "trace", False),
@@ -308,6 +316,7 @@ async def consume(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             consume_from_where=where,
             consume_message_batch_max_size=args.batch_size,
             await_termination_seconds=1.0,
+            **_tls(args),
         )
 
         async def listener(msgs: list[Any], ctx: Any) -> Any:
@@ -321,6 +330,7 @@ async def consume(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             args.namesrv_addr,
             consume_from_where=where,
             pull_batch_size=min(args.batch_size, 1024),
+            **_tls(args),
         )
     try:
         if await c.client.update_topic_route(args.topic) is None:
@@ -396,6 +406,7 @@ async def e2e(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             args.namesrv_addr,
             consume_message_batch_max_size=32,
             await_termination_seconds=1.0,
+            **_tls(args),
         )
         try:
             await _start_at_end(c.client, group, args.topic)

@@ -37,6 +37,7 @@ from pyrmq.remoting import (
     RemotingServer,
     RequestCode,
     ResponseCode,
+    TlsConfig,
 )
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore, MessageStoreConfig
@@ -53,14 +54,27 @@ def _physical_memory() -> int:
 
 class Broker:
     """`async with Broker(broker_config, store_config) as broker:`. Listens on
-    broker_config.listen_port (0 = any free port; see `port`/`addr`)."""
+    broker_config.listen_port (0 = any free port; see `port`/`addr`).
+    `tls`: TLS on its port (tls.server.*) and on its own connections to the
+    name servers (tls.enable, tls.client.*); the files are read here."""
 
-    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store_config: MessageStoreConfig,
+        *,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.config = config
         self.store_config = store_config
+        self.tls = tls
+        if tls is not None:
+            tls.server_context()  # a bad file fails now, before the store opens
         self.server: RemotingServer | None = None
         self.store: MessageStore | None = None
-        self.client = RemotingClient(name="broker-outer")
+        self.client = RemotingClient(
+            name="broker-outer", ssl_context=tls.client_context() if tls is not None else None
+        )
         self.port = config.listen_port
         self.ip = config.advertised_ip
         self._tasks: list[asyncio.Task[None]] = []
@@ -230,6 +244,7 @@ class Broker:
             name="broker",
             channel_max_idle=channel_idle,
             frame_read_timeout=cfg.server_frame_read_timeout_ms / 1000,
+            tls=self.tls,
         )
         sp = self.send_processor
         for code in (

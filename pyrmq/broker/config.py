@@ -243,7 +243,8 @@ def load_broker_conf(
     }
     known |= {camel_case(n) for n in known} | {"brokerIP1", "brokerIP2"}
     known |= {camel_case(n[:-3]) for n in known if n.endswith("_ms")}
-    unknown = sorted(k for k in props if k not in known)
+    # tls.* keys belong to TlsConfig (pyrmq.remoting.tls), read by the caller
+    unknown = sorted(k for k in props if k not in known and not k.startswith("tls."))
     if unknown:
         import logging
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import random
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -69,14 +70,19 @@ class ClientInstance:
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
         request_timeout: float = 3.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """ssl_context: every connection (name servers, brokers) is TLS."""
         self.namesrv_addrs = split_namesrv_addr(namesrv_addr)
+        self.ssl_context = ssl_context
         self.instance_name = instance_name or f"{os.getpid()}#{next(_instance_seq)}"
         self.client_id = f"{local_ip()}@{self.instance_name}"
         self.poll_name_server_interval = poll_name_server_interval
         self.heartbeat_broker_interval = heartbeat_broker_interval
         self.request_timeout = request_timeout
-        self.remoting = RemotingClient(self._on_request, name=f"client {self.client_id}")
+        self.remoting = RemotingClient(
+            self._on_request, name=f"client {self.client_id}", ssl_context=ssl_context
+        )
         self.api = MQClientAPI(self.remoting, self.namesrv_addrs)
         self.routes: dict[str, TopicRouteData] = {}
         #: broker name -> {broker id -> address}

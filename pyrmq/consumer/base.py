@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ class ConsumerBase:
         instance_name: str | None,
         poll_name_server_interval: float,
         heartbeat_broker_interval: float,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not consumer_group or len(consumer_group) > 255:
             raise ValueError("consumer_group must be 1..255 characters")
@@ -68,6 +70,7 @@ class ConsumerBase:
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            ssl_context=ssl_context,
         )
         self.offset_store: OffsetStore = offset_store_for(
             message_model, self.client, consumer_group, offset_store_path, instance_name

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from pyrmq.consumer.process_queue import ProcessQueue
 from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.remoting import RemotingCommand, RequestCode
+from pyrmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pyrmq.consumer")
 
@@ -97,6 +99,10 @@ class PullConsumer(ConsumerBase):
         instance_name: str | None = None,
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         super().__init__(
             consumer_group,
@@ -113,6 +119,7 @@ class PullConsumer(ConsumerBase):
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
         )
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval

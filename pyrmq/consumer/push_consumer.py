@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 
@@ -42,6 +43,7 @@ from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from pyrmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pyrmq.consumer")
 
@@ -102,6 +104,10 @@ class PushConsumer(ConsumerBase):
         heartbeat_broker_interval: float = 30.0,
         enable_msg_trace: bool = False,
         custom_trace_topic: str | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if not 1 <= consume_message_batch_max_size <= 1024:
             raise ValueError("consume_message_batch_max_size must be 1..1024")
@@ -122,6 +128,7 @@ class PushConsumer(ConsumerBase):
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
         )
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
@@ -226,7 +233,10 @@ class PushConsumer(ConsumerBase):
         await self.client.start()
         if self.enable_msg_trace:
             self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs, self.consumer_group, self.custom_trace_topic
+                self.client.namesrv_addrs,
+                self.consumer_group,
+                self.custom_trace_topic,
+                tls=self.client.ssl_context or False,
             )
             await self.tracer.start()
         self._state = "RUNNING"

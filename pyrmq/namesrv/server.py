@@ -13,7 +13,7 @@ from typing import Any
 
 from pyrmq.common.config_file import JsonStateFile
 from pyrmq.namesrv.route_info_manager import BrokerConflictError, RouteInfoManager
-from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
+from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode, TlsConfig
 from pyrmq.remoting.connection import Connection
 
 log = logging.getLogger("pyrmq.namesrv")
@@ -26,7 +26,8 @@ MAX_REGISTER_BODY = 64 * 1024 * 1024
 
 class NameServer:
     """`async with NameServer(port=9876) as ns:`. Brokers silent for
-    `broker_channel_expired` seconds are dropped with their routes."""
+    `broker_channel_expired` seconds are dropped with their routes. `tls`:
+    TLS on its port (tls.server.*; its files are read here)."""
 
     def __init__(
         self,
@@ -36,9 +37,10 @@ class NameServer:
         kv_config_path: str | None = None,
         broker_channel_expired: float = 120.0,
         scan_interval: float = 10.0,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.routes = RouteInfoManager()
-        self.server = RemotingServer(host, port, name="namesrv")
+        self.server = RemotingServer(host, port, name="namesrv", tls=tls)
         self.kv_config_path = kv_config_path
         self._kv_file = JsonStateFile(kv_config_path, self._kv_snapshot) if kv_config_path else None
         self.broker_channel_expired = broker_channel_expired
@@ -72,7 +74,12 @@ class NameServer:
             )
         await self.server.start()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
-        log.info("NameServer listening on %s:%d", self.server.host, self.port)
+        log.info(
+            "NameServer listening on %s:%d (tls.server.mode=%s)",
+            self.server.host,
+            self.port,
+            self.server.tls_mode.value,
+        )
 
     async def shutdown(self) -> None:
         if self._scan_task is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -40,6 +41,7 @@ from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.selector import MessageQueueSelector
 from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pyrmq.producer")
 
@@ -92,7 +94,11 @@ class Producer:
     Parameters keep the Java names in snake_case; times are seconds.
     `send_latency_fault_enable` turns on latency fault tolerance (brokers
     that answered slowly or failed are avoided for a while); `clock` is the
-    time source of that bookkeeping (tests inject one)."""
+    time source of that bookkeeping (tests inject one). `tls=True` (the
+    Java client's useTLS) makes every connection TLS: servers' certificates
+    must chain to `tls_ca` (PEM; the system's CAs when None) and match the
+    address dialed; `tls_cert` + `tls_key` answer a server that asks for a
+    client certificate. An `ssl.SSLContext` may be given as `tls` instead."""
 
     def __init__(
         self,
@@ -113,6 +119,10 @@ class Producer:
         enable_msg_trace: bool = False,
         custom_trace_topic: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
             raise ValueError("producer_group must be 1..255 characters")
@@ -132,6 +142,7 @@ class Producer:
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
         )
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
         #: topics whose route is being looked up again after a failed send
@@ -171,7 +182,10 @@ class Producer:
         await self.client.start()
         if self.enable_msg_trace:
             self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs, self.producer_group, self.custom_trace_topic
+                self.client.namesrv_addrs,
+                self.producer_group,
+                self.custom_trace_topic,
+                tls=self.client.ssl_context or False,
             )
             await self.tracer.start()
         self._state = "RUNNING"

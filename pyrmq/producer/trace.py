@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ class TraceDispatcher:
         flush_interval: float = 0.1,
         max_pending: int = 20_000,
         shutdown_timeout: float = 5.0,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
         # imported here: producer.py starts a TraceDispatcher of its own
         from pyrmq.producer.producer import Producer
@@ -67,6 +69,7 @@ class TraceDispatcher:
             # the bytes it saves (the records are short, their ids random)
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
+            tls=tls,
         )
         #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
         self._pending: list[TraceRecord] = []

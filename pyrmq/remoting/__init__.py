@@ -5,6 +5,7 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import FrameError, RemotingCommand
 from pyrmq.remoting.connection import Connection
 from pyrmq.remoting.server import RemotingServer
+from pyrmq.remoting.tls import TlsConfig, TlsMode, client_ssl_context
 
 __all__ = [
     "Connection",
@@ -14,5 +15,8 @@ __all__ = [
     "RemotingServer",
     "RequestCode",
     "ResponseCode",
+    "TlsConfig",
+    "TlsMode",
+    "client_ssl_context",
     "split_addr",
 ]

@@ -6,12 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.connection import Connection, RequestHandler
+from pyrmq.remoting.tls import describe_handshake_error
 
 log = logging.getLogger("pyrmq.remoting")
+
+#: why a plain connection may be closed before its first answer
+_PLAIN_HINT = "the server may require TLS (tls.server.mode=enforcing; connect with TLS)"
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -23,7 +29,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     """Requests to many servers. `handler` answers requests the servers send
-    us (NOTIFY_CONSUMER_IDS_CHANGED and friends)."""
+    us (NOTIFY_CONSUMER_IDS_CHANGED and friends). With ssl_context every
+    connection is TLS (the server's certificate checked as the context
+    says, against the host of the address dialed)."""
 
     def __init__(
         self,
@@ -31,8 +39,10 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         name: str = "client",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -70,14 +80,59 @@ class RemotingClient:
             if self._conns.get(addr) is c:
                 del self._conns[addr]
 
+        ctx = self.ssl_context
+        if ctx is None:
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    _, proto = await loop.create_connection(
+                        lambda: Connection(
+                            self._handler, on_close=closed, name=self.name, lost_hint=_PLAIN_HINT
+                        ),
+                        host,
+                        port,
+                    )
+            except (OSError, TimeoutError) as e:
+                raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
+            return proto
+        try:
+            sock = await self._open_socket(addr, host, port)
+        except (OSError, TimeoutError) as e:
+            raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: Connection(self._handler, on_close=closed, name=self.name), host, port
+                    lambda: Connection(self._handler, on_close=closed, name=self.name),
+                    sock=sock,
+                    server_hostname=host,
+                    ssl=ctx,
+                    ssl_handshake_timeout=self.connect_timeout,
                 )
         except (OSError, TimeoutError) as e:
-            raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
+            sock.close()
+            raise RemotingError(
+                f"TLS handshake with {addr} failed: {describe_handshake_error(e)}"
+            ) from None
         return proto
+
+    async def _open_socket(self, addr: str, host: str, port: int) -> socket.socket:
+        """A connected TCP socket (so a refused connection and a failed TLS
+        handshake are told apart)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.connect_timeout):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            err: OSError | None = None
+            for family, kind, proto, _, sockaddr in infos:
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                try:
+                    await loop.sock_connect(sock, sockaddr)
+                    return sock
+                except BaseException as e:
+                    sock.close()
+                    if not isinstance(e, OSError):
+                        raise
+                    err = e
+            raise err or OSError(f"no address for {addr}")
 
     def open_connection(self, addr: str) -> Connection | None:
         """The open connection to addr, if there is one (no connecting)."""

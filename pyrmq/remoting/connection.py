@@ -8,7 +8,8 @@ body straight from the CommitLog with sendfile: as much as the socket takes
 at once, when nothing is waiting before it; the rest (or all of it, when the
 transport still has bytes buffered) is copied into the transport's buffer,
 so every answer stays in order and the transport's own flow control
-(pause_writing) applies to it."""
+(pause_writing) applies to it. Over TLS the body is always copied: the
+socket carries encrypted records, so file bytes cannot go to it directly."""
 
 from __future__ import annotations
 
@@ -94,8 +95,16 @@ class Connection(asyncio.Protocol):
         on_close: Callable[[Connection], None] | None = None,
         max_frame: int | None = None,
         name: str = "conn",
+        lost_hint: str = "",
     ) -> None:
         self._handler = handler
+        #: added to the error of requests pending when the peer closes a
+        #: connection that never sent us a byte (a client's "the server may
+        #: require TLS")
+        self._lost_hint = lost_hint
+        self._received_any = False
+        #: the transport is TLS (set when the connection is made)
+        self.tls = False
         self._on_close = on_close
         self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
         #: opaque -> (deadline, on_done, request code, timeout)
@@ -131,6 +140,7 @@ class Connection(asyncio.Protocol):
         # a stream transport; not an isinstance check: uvloop's transports
         # implement asyncio.Transport without subclassing it
         self.transport = cast(asyncio.Transport, transport)
+        self.tls = transport.get_extra_info("sslcontext") is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         sock = transport.get_extra_info("socket")
@@ -142,7 +152,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        err = RemotingError(f"connection to {self.peer} closed" + (f": {exc}" if exc else ""))
+        text = f"connection to {self.peer} closed" + (f": {exc}" if exc else "")
+        if self._lost_hint and not self._received_any:
+            text += f" before any answer; {self._lost_hint}"
+        err = RemotingError(text)
         pending = list(self._pending.values())
         self._pending.clear()
         for _, on_done, _, _ in pending:
@@ -234,10 +247,15 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = self.last_active = time.monotonic()
+        first = not self._received_any
+        self._received_any = True
         try:
             cmds = self._decoder.feed(data)
         except FrameError as e:
-            self.abort(f"bad frame: {e}")
+            if first and data[:1] == b"\x16" and not self.tls:
+                self.abort("it starts a TLS handshake; TLS is not enabled here (tls.server.mode)")
+            else:
+                self.abort(f"bad frame: {e}")
             return
         if not self._decoder.buffered:
             self.frame_started = None
@@ -365,7 +383,8 @@ class Connection(asyncio.Protocol):
             if t is None or t.is_closing():
                 return
             t.write(prefix)
-            sock = t.get_extra_info("socket")
+            # a TLS transport reports its raw socket too: never sendfile to it
+            sock = None if self.tls else t.get_extra_info("socket")
             if sock is not None and not t.get_write_buffer_size():
                 try:
                     body.send(sock.fileno())

@@ -1,5 +1,13 @@
 """RemotingServer: an asyncio TCP server that hands each request to the
-processor registered for its code (NettyRemotingServer)."""
+processor registered for its code (NettyRemotingServer).
+
+With TLS (tls.server.mode permissive or enforcing) the server accepts the
+connections itself and peeks at each one's first byte before it builds the
+transport (RocketMQ's HandshakeHandler): 0x16 starts a TLS handshake,
+anything else is a plain connection, served in permissive mode and closed
+in enforcing mode. The wait for that byte and the handshake share one
+deadline (tls.server.handshakeTimeoutMs), so a client that connects and
+says nothing, or stops inside its ClientHello, holds a socket no longer."""
 
 from __future__ import annotations
 
@@ -7,12 +15,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import MAX_FRAME, RemotingCommand
 from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
+from pyrmq.remoting.tls import TLS_HANDSHAKE_BYTE, TlsConfig, TlsMode
 
 log = logging.getLogger("pyrmq.remoting")
 
@@ -34,7 +44,10 @@ class RemotingServer:
         channel_max_idle: float = 120.0,
         frame_read_timeout: float = 120.0,
         max_frame: int = MAX_FRAME,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """tls: the server side of it is used (tls.server.*); its files are
+        read here, so a bad path fails construction (ClientError)."""
         self.host = host
         self.port = port
         self.name = name
@@ -47,6 +60,12 @@ class RemotingServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._hooks: list[Callable[[Connection, RemotingCommand], None]] = []
+        self.tls_mode = tls.server_mode if tls is not None else TlsMode.DISABLED
+        self.ssl_context: ssl.SSLContext | None = tls.server_context() if tls else None
+        self.handshake_timeout = tls.handshake_timeout if tls is not None else 10.0
+        self._listen_sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._admitting: set[asyncio.Task[None]] = set()
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -90,16 +109,103 @@ class RemotingServer:
     async def start(self, sock: socket.socket | None = None) -> None:
         """Listen on host:port, or on sock (already bound) when given."""
         loop = asyncio.get_running_loop()
-        if sock is not None:
+        if self.ssl_context is not None:
+            self._start_tls_listener(sock)
+        elif sock is not None:
             self._server = await loop.create_server(self._new_connection, sock=sock, backlog=1024)
         else:
             self._server = await loop.create_server(
                 self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
             )
-        self.port = self._server.sockets[0].getsockname()[1]
+        if self._server is not None:
+            self.port = self._server.sockets[0].getsockname()[1]
         self._idle_task = asyncio.create_task(
             self._idle_loop(), name=f"pyrmq:{self.name}:idle-channels"
         )
+
+    # -- TLS: accept, peek, then plain or TLS ------------------------------------------
+
+    def _start_tls_listener(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.create_server((self.host, self.port), family=family, backlog=1024)
+        sock.setblocking(False)
+        self._listen_sock = sock
+        self.port = sock.getsockname()[1]
+        self._accept_task = asyncio.create_task(
+            self._accept_loop(sock), name=f"pyrmq:{self.name}:accept"
+        )
+
+    async def _accept_loop(self, lsock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(lsock)
+            except OSError as e:
+                # out of descriptors (EMFILE) and the like: the backlog keeps
+                # the clients waiting; retry shortly rather than spin
+                log.error("%s: cannot accept connections: %s", self.name, e)
+                await asyncio.sleep(0.5)
+                continue
+            task = asyncio.create_task(self._admit(sock), name=f"pyrmq:{self.name}:tls-admit")
+            self._admitting.add(task)
+            task.add_done_callback(self._admitting.discard)
+
+    async def _admit(self, sock: socket.socket) -> None:
+        """Serve one accepted socket: TLS when it starts with a handshake,
+        plain when the mode permits, closed otherwise or when the first
+        byte and the handshake do not arrive within the timeout."""
+        loop = asyncio.get_running_loop()
+        try:
+            host, port = sock.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            sock.close()
+            return
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(self.handshake_timeout):
+                first = await _peek(loop, sock)
+        except (OSError, TimeoutError) as e:
+            log.info("%s: closing connection from %s: %s", self.name, peer, e or "no first byte")
+            sock.close()
+            return
+        if not first:  # closed before a byte
+            sock.close()
+            return
+        tls = first[0] == TLS_HANDSHAKE_BYTE
+        if not tls and self.tls_mode is TlsMode.ENFORCING:
+            log.warning(
+                "%s: closing connection from %s: a plain (non-TLS) connection while "
+                "tls.server.mode=enforcing",
+                self.name,
+                peer,
+            )
+            sock.close()
+            return
+        conn = Connection(
+            self._handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+        )
+        try:
+            async with asyncio.timeout(self.handshake_timeout):
+                await loop.connect_accepted_socket(
+                    lambda: conn,
+                    sock,
+                    ssl=self.ssl_context if tls else None,
+                    ssl_handshake_timeout=self.handshake_timeout if tls else None,
+                )
+        except (OSError, TimeoutError) as e:
+            # the transport, made with the socket, closed it
+            reason = e.reason if isinstance(e, ssl.SSLError) else None
+            log.warning(
+                "%s: TLS handshake with %s failed: %s",
+                self.name,
+                peer,
+                reason or str(e) or type(e).__name__,
+            )
+            return
+        if conn.is_open:
+            self.connections.add(conn)
 
     async def _idle_loop(self) -> None:
         interval = min(10.0, self.channel_max_idle / 2, self.frame_read_timeout / 2)
@@ -112,6 +218,21 @@ class RemotingServer:
                     conn.abort(reason)
 
     async def shutdown(self) -> None:
+        tasks = [t for t in (self._accept_task, *self._admitting) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._accept_task = None
+        if self._listen_sock is not None:
+            self._listen_sock.close()
+            self._listen_sock = None
+            conns = list(self.connections)
+            for conn in conns:
+                conn.close()
+            if conns:  # a TLS close sends close_notify first
+                await asyncio.wait([c.closed for c in conns], timeout=2)
         if self._idle_task is not None:
             self._idle_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -128,3 +249,25 @@ class RemotingServer:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """The first byte sock received, left in it for whoever reads next
+    (b"" when the peer closed first)."""
+    fd = sock.fileno()
+    while True:
+        try:
+            return sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            pass
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pyrmq.broker import Broker, BrokerConfig
 from pyrmq.namesrv import NameServer
+from pyrmq.remoting import TlsConfig
 from pyrmq.storage import MessageStoreConfig
 
 
@@ -15,10 +16,12 @@ class LocalCluster:
     """`async with LocalCluster(store_dir, **broker_settings) as c:` starts a
     NameServer and a Broker on the running loop, both on 127.0.0.1 and free
     ports; `c.namesrv_addr` and `c.broker_addr` are what clients use.
-    Keyword settings are BrokerConfig or MessageStoreConfig fields."""
+    Keyword settings are BrokerConfig or MessageStoreConfig fields; `tls`
+    is given to both servers (the broker's client side: tls.enable)."""
 
-    def __init__(self, store_dir: str, **settings: Any) -> None:
+    def __init__(self, store_dir: str, *, tls: TlsConfig | None = None, **settings: Any) -> None:
         self.store_dir = store_dir
+        self.tls = tls
         bfields = {f.name for f in dataclasses.fields(BrokerConfig)}
         self._bkw = {k: v for k, v in settings.items() if k in bfields}
         skw = {k: v for k, v in settings.items() if k not in bfields}
@@ -43,7 +46,7 @@ class LocalCluster:
         return self.broker.addr
 
     async def start(self) -> None:
-        self.namesrv = NameServer("127.0.0.1", 0)
+        self.namesrv = NameServer("127.0.0.1", 0, tls=self.tls)
         await self.namesrv.start()
         await self.start_broker()
 
@@ -59,7 +62,7 @@ class LocalCluster:
                 **self._bkw,
             }
         )
-        self.broker = Broker(bcfg, MessageStoreConfig(**self._skw))
+        self.broker = Broker(bcfg, MessageStoreConfig(**self._skw), tls=self.tls)
         await self.broker.start()
 
     async def stop_broker(self) -> None:

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: seconds a process may take from exec to its ready file
@@ -212,7 +212,8 @@ class ProcessCluster:
     `cluster_name`), as processes, with stores under `root`. `broker_conf`
     adds broker.conf keys (Java camelCase), e.g. messageDelayLevel;
     `per_broker_conf` adds keys to one broker's (over broker_conf), e.g. its
-    own listenHost and brokerIP1; the name server listens on `namesrv_host`."""
+    own listenHost and brokerIP1; the name server listens on `namesrv_host`,
+    with `namesrv_args` added to its command line (--tls-config FILE)."""
 
     def __init__(
         self,
@@ -223,6 +224,7 @@ class ProcessCluster:
         *,
         per_broker_conf: Mapping[str, Mapping[str, Any]] | None = None,
         namesrv_host: str = "127.0.0.1",
+        namesrv_args: Sequence[str] = (),
     ) -> None:
         self.root = pathlib.Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -231,7 +233,9 @@ class ProcessCluster:
         self.per_broker_conf = {k: dict(v) for k, v in (per_broker_conf or {}).items()}
         kv = str(self.root / "kv.json")
         self.namesrv = ServerProcess(
-            "namesrv", ["namesrv", "--host", namesrv_host, "-p", "0", "--kv-config", kv], self.root
+            "namesrv",
+            ["namesrv", "--host", namesrv_host, "-p", "0", "--kv-config", kv, *namesrv_args],
+            self.root,
         )
         self.brokers = {
             name: ServerProcess(name, ["broker", "-c", str(self.root / f"{name}.conf")], self.root)

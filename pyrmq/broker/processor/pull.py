@@ -5,7 +5,8 @@ a message is dispatched to its queue (the store's arrival listener wakes it
 at once) or suspendTimeoutMillis passes; then it is answered like a fresh
 pull. Bodies of at least transfer_by_sendfile_min_bytes go to the socket by
 sendfile from the pinned CommitLog segments; smaller ones are gathered into
-one copy (measured: per-range sendfile of small records is slower)."""
+one copy (measured: per-range sendfile of small records is slower). TLS
+connections always take the copy."""
 
 from __future__ import annotations
 
@@ -294,7 +295,8 @@ class PullMessageProcessor:
             return True
         resp = cmd.response(ResponseCode.SUCCESS, ext)
         total = r.total_bytes
-        if total >= self.sendfile_min_bytes and conn.attrs.get("sendfile", True):
+        # over TLS the bytes must pass through the cipher: one gathered copy
+        if total >= self.sendfile_min_bytes and not conn.tls and conn.attrs.get("sendfile", True):
             ranges = coalesce_ranges(r.ranges)
             items = []
             try:
