@@ -90,10 +90,14 @@ class AdminClient:
         *,
         timeout: float = 5.0,
         producer_group: str = TOOLS_PRODUCER_GROUP,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.producer_group = producer_group
-        self.client = ClientInstance(namesrv_addr, request_timeout=timeout)
+        self.client = ClientInstance(
+            namesrv_addr, request_timeout=timeout, access_key=access_key, secret_key=secret_key
+        )
         self.api = self.client.api
         self._producer: Producer | None = None
 
@@ -591,7 +595,10 @@ class AdminClient:
             raise ClientError("give both a broker name and a queue id, or neither")
         if self._producer is None:
             self._producer = Producer(
-                self.producer_group, self.api.namesrv_addrs, send_msg_timeout=self.timeout
+                self.producer_group,
+                self.api.namesrv_addrs,
+                send_msg_timeout=self.timeout,
+                rpc_hook=self.client.rpc_hook,
             )
             await self._producer.start()
         mq = (

@@ -49,6 +49,8 @@ class ConsumerBase:
         instance_name: str | None,
         poll_name_server_interval: float,
         heartbeat_broker_interval: float,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         if not consumer_group or len(consumer_group) > 255:
             raise ValueError("consumer_group must be 1..255 characters")
@@ -68,6 +70,8 @@ class ConsumerBase:
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.offset_store: OffsetStore = offset_store_for(
             message_model, self.client, consumer_group, offset_store_path, instance_name

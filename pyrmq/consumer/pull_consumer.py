@@ -97,6 +97,8 @@ class PullConsumer(ConsumerBase):
         instance_name: str | None = None,
         poll_name_server_interval: float = 30.0,
         heartbeat_broker_interval: float = 30.0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         super().__init__(
             consumer_group,
@@ -113,6 +115,8 @@ class PullConsumer(ConsumerBase):
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval

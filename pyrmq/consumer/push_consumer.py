@@ -102,6 +102,8 @@ class PushConsumer(ConsumerBase):
         heartbeat_broker_interval: float = 30.0,
         enable_msg_trace: bool = False,
         custom_trace_topic: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         if not 1 <= consume_message_batch_max_size <= 1024:
             raise ValueError("consume_message_batch_max_size must be 1..1024")
@@ -122,6 +124,8 @@ class PushConsumer(ConsumerBase):
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
@@ -223,7 +227,10 @@ class PushConsumer(ConsumerBase):
         await self.client.start()
         if self.enable_msg_trace:
             self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs, self.consumer_group, self.custom_trace_topic
+                self.client.namesrv_addrs,
+                self.consumer_group,
+                self.custom_trace_topic,
+                rpc_hook=self.client.rpc_hook,
             )
             await self.tracer.start()
         self._state = "RUNNING"

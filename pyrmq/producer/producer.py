@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import rmqcore
+from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError, StoreError
@@ -113,6 +114,9 @@ class Producer:
         enable_msg_trace: bool = False,
         custom_trace_topic: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
             raise ValueError("producer_group must be 1..255 characters")
@@ -132,6 +136,9 @@ class Producer:
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
+            access_key=access_key,
+            secret_key=secret_key,
+            rpc_hook=rpc_hook,
         )
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
         #: topics whose route is being looked up again after a failed send
@@ -171,7 +178,10 @@ class Producer:
         await self.client.start()
         if self.enable_msg_trace:
             self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs, self.producer_group, self.custom_trace_topic
+                self.client.namesrv_addrs,
+                self.producer_group,
+                self.custom_trace_topic,
+                rpc_hook=self.client.rpc_hook,
             )
             await self.tracer.start()
         self._state = "RUNNING"

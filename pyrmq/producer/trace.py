@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.common.message import PROPERTY_KEYS, Message
 from pyrmq.common.results import SendStatus
 from pyrmq.common.trace import (
@@ -47,6 +48,7 @@ class TraceDispatcher:
         flush_interval: float = 0.1,
         max_pending: int = 20_000,
         shutdown_timeout: float = 5.0,
+        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         # imported here: producer.py starts a TraceDispatcher of its own
         from pyrmq.producer.producer import Producer
@@ -67,6 +69,7 @@ class TraceDispatcher:
             # the bytes it saves (the records are short, their ids random)
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
+            rpc_hook=rpc_hook,
         )
         #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
         self._pending: list[TraceRecord] = []

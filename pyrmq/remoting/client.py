@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting.command import RemotingCommand
@@ -23,7 +24,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     """Requests to many servers. `handler` answers requests the servers send
-    us (NOTIFY_CONSUMER_IDS_CHANGED and friends)."""
+    us (NOTIFY_CONSUMER_IDS_CHANGED and friends). `rpc_hook(cmd)` runs on
+    every request sent and every answer given, before encoding (RocketMQ's
+    RPCHook.doBeforeRequest: ACL signing)."""
 
     def __init__(
         self,
@@ -31,8 +34,10 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         name: str = "client",
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self._handler = handler
+        self.rpc_hook = rpc_hook
         self.connect_timeout = connect_timeout
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -73,7 +78,11 @@ class RemotingClient:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: Connection(self._handler, on_close=closed, name=self.name), host, port
+                    lambda: Connection(
+                        self._handler, on_close=closed, name=self.name, rpc_hook=self.rpc_hook
+                    ),
+                    host,
+                    port,
                 )
         except (OSError, TimeoutError) as e:
             raise RemotingError(f"cannot connect to {addr}: {e or 'timed out'}") from None
