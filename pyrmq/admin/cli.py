@@ -28,6 +28,8 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+from pyrmq.acl.signing import ENV_ACCESS_KEY, ENV_SECRET_KEY
+from pyrmq.admin.acl_cli import ACL_COMMANDS, Shown
 from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
@@ -666,8 +668,20 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
 ]
 
 
+def _shown(run: Callable[[AdminClient, argparse.Namespace], Awaitable[Shown]]) -> Run:
+    async def wrapped(admin: AdminClient, a: argparse.Namespace) -> Output:
+        data, text = await run(admin, a)
+        return Output(data, text)
+
+    return wrapped
+
+
+COMMANDS += [(n, alias, h, setup, _shown(run)) for n, alias, h, setup, run in ACL_COMMANDS]
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
-    """-n, --json and --timeout, shared by every admin command."""
+    """-n, --json, --timeout and the ACL credentials, shared by every admin
+    command."""
     _opt(
         p,
         "-n",
@@ -680,6 +694,18 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--timeout", type=float, default=5.0, help="deadline of each request, seconds (5)"
+    )
+    p.add_argument(
+        "--access-key",
+        dest="access_key",
+        default=None,
+        help=f"ACL: sign requests with this account (default ${ENV_ACCESS_KEY})",
+    )
+    p.add_argument(
+        "--secret-key",
+        dest="secret_key",
+        default=None,
+        help=f"ACL: the account's secret key (default ${ENV_SECRET_KEY})",
     )
 
 
@@ -727,7 +753,12 @@ def error_line(e: BaseException) -> str:
 
 async def _run(args: argparse.Namespace) -> int:
     run: Run = args.admin_run
-    async with AdminClient(args.namesrv_addr, timeout=args.timeout) as admin:
+    async with AdminClient(
+        args.namesrv_addr,
+        timeout=args.timeout,
+        access_key=args.access_key,
+        secret_key=args.secret_key,
+    ) as admin:
         out = await run(admin, args)
     if args.json:
         print(json.dumps(out.data, indent=2, ensure_ascii=False))

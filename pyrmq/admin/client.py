@@ -148,6 +148,10 @@ class AdminClient:
             raise RemotingError("the name server sent no cluster info")
         return info
 
+    async def masters(self, cluster: str | None = None) -> list[str]:
+        """Master addresses of `cluster`, or of every cluster when None."""
+        return await self._masters(cluster)
+
     async def _masters(self, cluster: str | None) -> list[str]:
         """Master addresses of `cluster`, or of every cluster when None."""
         info = await self._cluster_info()
