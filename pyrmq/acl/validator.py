@@ -61,6 +61,7 @@ from pyrmq.acl.signing import (
     ACCESS_KEY,
     SIGNATURE,
     UNIQUE_MSG_QUERY_FLAG,
+    HmacSha1,
     mac_for,
     signature,
 )
@@ -79,7 +80,7 @@ class PlainAccessResource:
     """One account as the check uses it (compiled from PlainAccessConfig)."""
 
     access_key: str
-    mac: hmac.HMAC
+    mac: HmacSha1
     admin: bool
     default_topic_perm: int
     default_group_perm: int
@@ -221,14 +222,12 @@ class PlainAccessValidator:
     @staticmethod
     def _signed(acc: PlainAccessResource, ext: Mapping[str, str], body: bytes) -> bool:
         sig = ext.get(SIGNATURE)
-        if not sig or not isinstance(sig, str):
+        if not sig or not isinstance(sig, str) or not sig.isascii():
             return False
-        mine = signature(acc.mac, ext, body, leave_out=UNIQUE_MSG_QUERY_FLAG)
-        if hmac.compare_digest(mine.encode(), sig.encode("utf-8", "replace")):
+        if hmac.compare_digest(signature(acc.mac, ext, body, leave_out=UNIQUE_MSG_QUERY_FLAG), sig):
             return True
         if UNIQUE_MSG_QUERY_FLAG in ext:  # Java's client signs it, its broker does not
-            mine = signature(acc.mac, ext, body)
-            return hmac.compare_digest(mine.encode(), sig.encode("utf-8", "replace"))
+            return hmac.compare_digest(signature(acc.mac, ext, body), sig)
         return False
 
     # -- the watch --------------------------------------------------------------------------

@@ -157,3 +157,14 @@ def test_alias_bomb_is_refused_without_expanding():
         raise AssertionError("an alias bomb loaded")
     except AclConfigError as e:
         assert "aliases" in str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=200), parts=st.lists(st.binary(max_size=300), max_size=3))
+def test_hmac_sha1_equals_the_standard_library(key, parts):
+    import hashlib
+    import hmac
+
+    from pyrmq.acl.signing import HmacSha1
+
+    assert HmacSha1(key).digest(*parts) == hmac.new(key, b"".join(parts), hashlib.sha1).digest()
