@@ -8,8 +8,12 @@ Command names and short options are mqadmin's (RocketMQ 4.9 tools); each
 command also answers to a dashed lower-case alias (update-topic, topic-list,
 ...), the names this CLI had before. Every command takes -n (name servers,
 'host:port[;host:port]', default $NAMESRV_ADDR or 127.0.0.1:9876), --json
-(machine-readable output on stdout instead of aligned tables) and --timeout
-(the deadline of each request, seconds).
+(machine-readable output on stdout instead of aligned tables), --timeout
+(the deadline of each request, seconds) and --access-key/--secret-key (ACL:
+the account requests are signed with; default $ROCKETMQ_ACCESS_KEY and
+$ROCKETMQ_SECRET_KEY, none when unset). The ACL commands (updateAclConfig,
+deleteAclConfig, updateGlobalWhiteAddr, clusterAclConfigVersion) are in
+acl_cli.py.
 
 A failure (a broker's refusal, an unreachable name server, a bad argument)
 prints one line, `error: ...`, on stderr and exits with status 1."""

@@ -312,8 +312,17 @@ def test_admin_cli_with_credentials_and_one_line_errors(arun, tmp_path, monkeypa
                 "admin", "deleteAclConfig", *where, *admin_args, "-a", "cliMade01"
             )
             assert rc == 0, err
-            text = pathlib.Path(c.broker.acl.path).read_text()  # type: ignore[union-attr]
+            acl_path = pathlib.Path(c.broker.acl.path)  # type: ignore[union-attr]
+            text = acl_path.read_text()
             assert "cliMade01" not in text and "10.1.*.*" in text
+            # a hand-broken file: the update is refused in one line, the file left alone
+            acl_path.write_text(text + "accounts: [\n")
+            rc, out, err = await pyrmq_cli(
+                "admin", "updateAclConfig", *where, *admin_args, "-a", "cliMade02", "-s", "x" * 8
+            )
+            assert rc == 1 and err.count("\n") == 1 and "not valid YAML" in err, err
+            assert "cliMade02" not in acl_path.read_text()
+            acl_path.write_text(text)
             assert sorted(os.listdir(tmp_path)) == ["plain_acl.yml", "store"]
 
     arun(main(), timeout=180)
