@@ -12,15 +12,23 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # package -> the pyrmq packages it may import (besides itself)
 ALLOWED = {
     "pyrmq.common": set(),
+    # ACL 1.0 (STYLE.md section 10): signing for clients, checks for servers
+    "pyrmq.acl": {"pyrmq.common"},
     "pyrmq.storage": {"pyrmq.common"},
     "pyrmq.remoting": {"pyrmq.common"},
     "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
     # a broker in controller mode talks to the controllers (their client)
-    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage", "pyrmq.controller"},
-    "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
+    "pyrmq.broker": {
+        "pyrmq.common",
+        "pyrmq.remoting",
+        "pyrmq.storage",
+        "pyrmq.controller",
+        "pyrmq.acl",
+    },
+    "pyrmq.client": {"pyrmq.common", "pyrmq.remoting", "pyrmq.acl"},
     # the controller: remoting, common and pysyncobj; never storage or broker
     "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},
-    "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client"},
+    "pyrmq.producer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client", "pyrmq.acl"},
     # a tracing consumer writes its trace records with a Producer (as Java's)
     "pyrmq.consumer": {"pyrmq.common", "pyrmq.remoting", "pyrmq.client", "pyrmq.producer"},
     # helpers that start servers, and ask them how they are (a broker
@@ -35,6 +43,7 @@ ALLOWED = {
     },
     # administration is a client program (STYLE.md section 10): no server imports it
     "pyrmq.admin": {
+        "pyrmq.acl",
         "pyrmq.common",
         "pyrmq.remoting",
         "pyrmq.client",
@@ -43,6 +52,7 @@ ALLOWED = {
     },
     # the benchmark tool is a client program: the client and the admin CLI
     "pyrmq.benchmark": {
+        "pyrmq.acl",
         "pyrmq.common",
         "pyrmq.client",
         "pyrmq.producer",

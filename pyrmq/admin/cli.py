@@ -9,8 +9,12 @@ command also answers to a dashed lower-case alias (update-topic, topic-list,
 ...), the names this CLI had before. Every command takes -n (name servers,
 'host:port[;host:port]', default $NAMESRV_ADDR or 127.0.0.1:9876), --json
 (machine-readable output on stdout instead of aligned tables), --timeout
-(the deadline of each request, seconds) and --tls with --tls-ca CA.pem
-(and --tls-cert/--tls-key for mutual TLS) for servers with TLS on.
+(the deadline of each request, seconds), --tls with --tls-ca CA.pem (and
+--tls-cert/--tls-key for mutual TLS) for servers with TLS on, and
+--access-key/--secret-key (ACL: the account requests are signed with;
+default $ROCKETMQ_ACCESS_KEY and $ROCKETMQ_SECRET_KEY, none when unset). The
+ACL commands (updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr,
+clusterAclConfigVersion) are in acl_cli.py.
 
 A failure (a broker's refusal, an unreachable name server, a bad argument)
 prints one line, `error: ...`, on stderr and exits with status 1."""
@@ -29,6 +33,8 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+from pyrmq.acl.signing import ENV_ACCESS_KEY, ENV_SECRET_KEY
+from pyrmq.admin.acl_cli import ACL_COMMANDS, Shown
 from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
@@ -667,8 +673,20 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
 ]
 
 
+def _shown(run: Callable[[AdminClient, argparse.Namespace], Awaitable[Shown]]) -> Run:
+    async def wrapped(admin: AdminClient, a: argparse.Namespace) -> Output:
+        data, text = await run(admin, a)
+        return Output(data, text)
+
+    return wrapped
+
+
+COMMANDS += [(n, alias, h, setup, _shown(run)) for n, alias, h, setup, run in ACL_COMMANDS]
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
-    """-n, --json and --timeout, shared by every admin command."""
+    """-n, --json, --timeout and the ACL credentials, shared by every admin
+    command."""
     _opt(
         p,
         "-n",
@@ -681,6 +699,18 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--timeout", type=float, default=5.0, help="deadline of each request, seconds (5)"
+    )
+    p.add_argument(
+        "--access-key",
+        dest="access_key",
+        default=None,
+        help=f"ACL: sign requests with this account (default ${ENV_ACCESS_KEY})",
+    )
+    p.add_argument(
+        "--secret-key",
+        dest="secret_key",
+        default=None,
+        help=f"ACL: the account's secret key (default ${ENV_SECRET_KEY})",
     )
     add_tls_options(p)
 
@@ -753,7 +783,13 @@ def error_line(e: BaseException) -> str:
 
 async def _run(args: argparse.Namespace) -> int:
     run: Run = args.admin_run
-    async with AdminClient(args.namesrv_addr, timeout=args.timeout, **tls_kwargs(args)) as admin:
+    async with AdminClient(
+        args.namesrv_addr,
+        timeout=args.timeout,
+        access_key=args.access_key,
+        secret_key=args.secret_key,
+        **tls_kwargs(args),
+    ) as admin:
         out = await run(admin, args)
     if args.json:
         print(json.dumps(out.data, indent=2, ensure_ascii=False))

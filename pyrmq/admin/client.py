@@ -96,6 +96,8 @@ class AdminClient:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.producer_group = producer_group
@@ -103,6 +105,8 @@ class AdminClient:
             namesrv_addr,
             request_timeout=timeout,
             ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.api = self.client.api
         self._producer: Producer | None = None
@@ -153,6 +157,10 @@ class AdminClient:
         if not isinstance(info, dict):
             raise RemotingError("the name server sent no cluster info")
         return info
+
+    async def masters(self, cluster: str | None = None) -> list[str]:
+        """Master addresses of `cluster`, or of every cluster when None."""
+        return await self._masters(cluster)
 
     async def _masters(self, cluster: str | None) -> list[str]:
         """Master addresses of `cluster`, or of every cluster when None."""
@@ -605,6 +613,7 @@ class AdminClient:
                 self.api.namesrv_addrs,
                 send_msg_timeout=self.timeout,
                 tls=self.client.ssl_context or False,
+                rpc_hook=self.client.rpc_hook,
             )
             await self._producer.start()
         mq = (

@@ -11,6 +11,7 @@ import socket
 import time
 from typing import Any
 
+from pyrmq.acl import PlainAccessValidator
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -18,6 +19,7 @@ from pyrmq.broker.ha.client import HAClient
 from pyrmq.broker.ha.roles import BrokerRoles
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
@@ -82,6 +84,8 @@ class Broker:
         self._started_at = time.time()
         #: master or slave, replication, controller mode's role changes
         self.roles = BrokerRoles(self)
+        #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
+        self.acl: PlainAccessValidator | None = None
 
     @property
     def ha(self) -> HAService | None:
@@ -128,8 +132,32 @@ class Broker:
             )
         os.symlink(os.path.abspath(want), default)
 
+    async def _open_acl(self) -> None:
+        """aclEnable=true: load plain_acl.yml (a startup error when it is
+        missing or malformed) and check every request against it."""
+        cfg = self.config
+        path = cfg.acl_file_path
+        if not path:
+            raise ClientError(
+                "aclEnable=true needs plain_acl.yml: set rocketmqHome (it is then "
+                "<rocketmqHome>/conf/plain_acl.yml) or aclPlainFile in broker.conf"
+            )
+        self.acl = await PlainAccessValidator.open(path)
+        log.info(
+            "acl: enabled, %d accounts from %s",
+            len(self.acl.config.accounts),
+            os.path.abspath(path),
+        )
+
+    def _acl_hook(self, conn: Connection, cmd: RemotingCommand) -> None:
+        acl = self.acl
+        if acl is not None:
+            acl.validate(conn.peer, cmd.code, cmd.ext_fields, cmd.body)
+
     async def start(self) -> None:
         cfg = self.config
+        if cfg.acl_enable:
+            await self._open_acl()
         if cfg.duplicate_detection and not self.store_config.message_index_enable:
             raise ClientError(
                 "duplicateDetection=true needs the IndexFiles: set messageIndexEnable=true"
@@ -282,6 +310,15 @@ class Broker:
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.roles.role_changed)
         server.add_close_listener(self._channel_closed)
+        AclAdminProcessor(
+            self.acl,
+            broker_name=cfg.broker_name,
+            broker_addr=self.addr,
+            cluster_name=cfg.broker_cluster_name,
+        ).register(server)
+        if self.acl is not None:
+            server.add_rpc_hook(self._acl_hook)
+            await self.acl.start()
         self.outer = BrokerOuterAPI(
             self.client,
             cfg.namesrv_addrs,
@@ -451,6 +488,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        if self.acl is not None:
+            await self.acl.shutdown()
         if self.store is None:
             return
         if self.config.namesrv_addrs and hasattr(self, "outer"):

@@ -143,6 +143,15 @@ class BrokerConfig:
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
     #: which makes a new UNIQ_KEY for every attempt)
     duplicate_detection_key: str = "UNIQ_KEY"
+    #: ACL 1.0: check every request against plain_acl.yml (pyrmq/acl/)
+    acl_enable: bool = False
+    #: RocketMQ's home: plain_acl.yml is <rocketmqHome>/conf/plain_acl.yml
+    #: (default: $ROCKETMQ_HOME)
+    rocketmq_home: str = ""
+    #: pyrmq (Java: -Drocketmq.acl.plain.file): plain_acl.yml's path, relative
+    #: to rocketmqHome; by default conf/plain_acl.yml there, or, without a
+    #: home, plain_acl.yml beside the broker.conf
+    acl_plain_file: str = ""
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
@@ -205,6 +214,16 @@ class BrokerConfig:
                 ) from None
 
     @property
+    def acl_file_path(self) -> str:
+        """Where plain_acl.yml is ("" when neither a file nor a home is set)."""
+        home = self.rocketmq_home or os.environ.get("ROCKETMQ_HOME", "")
+        if self.acl_plain_file:
+            if os.path.isabs(self.acl_plain_file) or not home:
+                return self.acl_plain_file
+            return os.path.join(home, self.acl_plain_file)
+        return os.path.join(home, "conf", "plain_acl.yml") if home else ""
+
+    @property
     def ha_port(self) -> int:
         """The port the HAService listens on (0: any free one)."""
         if self.ha_listen_port >= 0:
@@ -238,6 +257,12 @@ def load_broker_conf(
     """Both configs from a broker.conf (or defaults), then overrides."""
     props: dict[str, Any] = dict(read_properties(path)) if path else {}
     props.update(overrides or {})
+    acl_keys = ("aclPlainFile", "acl_plain_file", "rocketmqHome", "rocketmq_home")
+    if path and not any(props.get(k) for k in acl_keys) and not os.environ.get("ROCKETMQ_HOME"):
+        # no home: plain_acl.yml lives beside the broker.conf
+        props["aclPlainFile"] = os.path.join(
+            os.path.dirname(os.path.abspath(path)), "plain_acl.yml"
+        )
     known = {f.name for f in dataclasses.fields(BrokerConfig)} | {
         f.name for f in dataclasses.fields(MessageStoreConfig)
     }

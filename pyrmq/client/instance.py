@@ -22,6 +22,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from pyrmq.acl.signing import AclClientRPCHook, credentials_hook
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import RMQError
 from pyrmq.common.message import MessageQueue, local_ip
@@ -71,17 +72,27 @@ class ClientInstance:
         heartbeat_broker_interval: float = 30.0,
         request_timeout: float = 3.0,
         ssl_context: ssl.SSLContext | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         """ssl_context: every connection (name servers, brokers) is TLS."""
         self.namesrv_addrs = split_namesrv_addr(namesrv_addr)
         self.ssl_context = ssl_context
+        #: ACL 1.0: signs every request and answer (module pyrmq.acl.signing);
+        #: credentials from the arguments, else ROCKETMQ_ACCESS_KEY and
+        #: ROCKETMQ_SECRET_KEY, else none (nothing signed)
+        self.rpc_hook = rpc_hook or credentials_hook(access_key, secret_key)
         self.instance_name = instance_name or f"{os.getpid()}#{next(_instance_seq)}"
         self.client_id = f"{local_ip()}@{self.instance_name}"
         self.poll_name_server_interval = poll_name_server_interval
         self.heartbeat_broker_interval = heartbeat_broker_interval
         self.request_timeout = request_timeout
         self.remoting = RemotingClient(
-            self._on_request, name=f"client {self.client_id}", ssl_context=ssl_context
+            self._on_request,
+            name=f"client {self.client_id}",
+            ssl_context=ssl_context,
+            rpc_hook=self.rpc_hook,
         )
         self.api = MQClientAPI(self.remoting, self.namesrv_addrs)
         self.routes: dict[str, TopicRouteData] = {}

@@ -51,6 +51,8 @@ class ConsumerBase:
         poll_name_server_interval: float,
         heartbeat_broker_interval: float,
         ssl_context: ssl.SSLContext | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         if not consumer_group or len(consumer_group) > 255:
             raise ValueError("consumer_group must be 1..255 characters")
@@ -71,6 +73,8 @@ class ConsumerBase:
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             ssl_context=ssl_context,
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.offset_store: OffsetStore = offset_store_for(
             message_model, self.client, consumer_group, offset_store_path, instance_name

@@ -103,6 +103,8 @@ class PullConsumer(ConsumerBase):
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         super().__init__(
             consumer_group,
@@ -120,6 +122,8 @@ class PullConsumer(ConsumerBase):
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval

@@ -108,6 +108,8 @@ class PushConsumer(ConsumerBase):
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         if not 1 <= consume_message_batch_max_size <= 1024:
             raise ValueError("consume_message_batch_max_size must be 1..1024")
@@ -129,6 +131,8 @@ class PushConsumer(ConsumerBase):
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
+            access_key=access_key,
+            secret_key=secret_key,
         )
         self.consume_thread_max = consume_thread_max
         self.consume_message_batch_max_size = consume_message_batch_max_size
@@ -237,6 +241,7 @@ class PushConsumer(ConsumerBase):
                 self.consumer_group,
                 self.custom_trace_topic,
                 tls=self.client.ssl_context or False,
+                rpc_hook=self.client.rpc_hook,
             )
             await self.tracer.start()
         self._state = "RUNNING"

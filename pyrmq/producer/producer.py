@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import rmqcore
+from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError, StoreError
@@ -123,6 +124,9 @@ class Producer:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
             raise ValueError("producer_group must be 1..255 characters")
@@ -143,6 +147,9 @@ class Producer:
             poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             ssl_context=resolve_client_tls(tls, tls_ca, tls_cert, tls_key),
+            access_key=access_key,
+            secret_key=secret_key,
+            rpc_hook=rpc_hook,
         )
         self.topic_publish_info_table: dict[str, TopicPublishInfo] = {}
         #: topics whose route is being looked up again after a failed send
@@ -186,6 +193,7 @@ class Producer:
                 self.producer_group,
                 self.custom_trace_topic,
                 tls=self.client.ssl_context or False,
+                rpc_hook=self.client.rpc_hook,
             )
             await self.tracer.start()
         self._state = "RUNNING"

@@ -23,6 +23,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
+from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.common.message import PROPERTY_KEYS, Message
 from pyrmq.common.results import SendStatus
 from pyrmq.common.trace import (
@@ -49,6 +50,7 @@ class TraceDispatcher:
         max_pending: int = 20_000,
         shutdown_timeout: float = 5.0,
         tls: bool | ssl.SSLContext = False,
+        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         # imported here: producer.py starts a TraceDispatcher of its own
         from pyrmq.producer.producer import Producer
@@ -70,6 +72,7 @@ class TraceDispatcher:
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
             tls=tls,
+            rpc_hook=rpc_hook,
         )
         #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
         self._pending: list[TraceRecord] = []

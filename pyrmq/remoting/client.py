@@ -8,6 +8,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting.command import RemotingCommand
@@ -31,7 +32,9 @@ class RemotingClient:
     """Requests to many servers. `handler` answers requests the servers send
     us (NOTIFY_CONSUMER_IDS_CHANGED and friends). With ssl_context every
     connection is TLS (the server's certificate checked as the context
-    says, against the host of the address dialed)."""
+    says, against the host of the address dialed). `rpc_hook(cmd)` runs on
+    every request sent and every answer given, before encoding (RocketMQ's
+    RPCHook.doBeforeRequest: ACL signing)."""
 
     def __init__(
         self,
@@ -40,9 +43,11 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         name: str = "client",
         ssl_context: ssl.SSLContext | None = None,
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self._handler = handler
         self.ssl_context = ssl_context
+        self.rpc_hook = rpc_hook
         self.connect_timeout = connect_timeout
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -86,7 +91,11 @@ class RemotingClient:
                 async with asyncio.timeout(self.connect_timeout):
                     _, proto = await loop.create_connection(
                         lambda: Connection(
-                            self._handler, on_close=closed, name=self.name, lost_hint=_PLAIN_HINT
+                            self._handler,
+                            on_close=closed,
+                            name=self.name,
+                            lost_hint=_PLAIN_HINT,
+                            rpc_hook=self.rpc_hook,
                         ),
                         host,
                         port,
@@ -101,7 +110,9 @@ class RemotingClient:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: Connection(self._handler, on_close=closed, name=self.name),
+                    lambda: Connection(
+                        self._handler, on_close=closed, name=self.name, rpc_hook=self.rpc_hook
+                    ),
                     sock=sock,
                     server_hostname=host,
                     ssl=ctx,

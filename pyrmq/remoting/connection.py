@@ -96,6 +96,7 @@ class Connection(asyncio.Protocol):
         max_frame: int | None = None,
         name: str = "conn",
         lost_hint: str = "",
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self._handler = handler
         #: added to the error of requests pending when the peer closes a
@@ -105,6 +106,10 @@ class Connection(asyncio.Protocol):
         self._received_any = False
         #: the transport is TLS (set when the connection is made)
         self.tls = False
+        #: runs on every request this side sends and every answer it gives
+        #: to the peer's requests, just before encoding (a client's ACL
+        #: signing: pyrmq.acl.AclClientRPCHook)
+        self._rpc_hook = rpc_hook
         self._on_close = on_close
         self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
         #: opaque -> (deadline, on_done, request code, timeout)
@@ -311,6 +316,8 @@ class Connection(asyncio.Protocol):
             return
         if isinstance(result, RemotingCommand):
             if not cmd.flag & FLAG_ONEWAY:
+                if self._rpc_hook is not None:
+                    self._rpc_hook(result)
                 self.send(result)
             return
         task = asyncio.ensure_future(self._finish(cmd, result))
@@ -330,6 +337,8 @@ class Connection(asyncio.Protocol):
             log.exception("%s: handling request code %d failed", self.name, cmd.code)
             result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
         if result is not None and not cmd.flag & FLAG_ONEWAY:
+            if self._rpc_hook is not None:
+                self._rpc_hook(result)
             self.send(result)
 
     # -- output ---------------------------------------------------------------------
@@ -434,6 +443,8 @@ class Connection(asyncio.Protocol):
         self._pending[opaque] = (loop.time() + timeout, on_done, cmd.code, timeout)
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
+        if self._rpc_hook is not None:
+            self._rpc_hook(cmd)
         # requests made in one loop iteration leave in one write
         self.send_soon(cmd)
 
@@ -460,6 +471,8 @@ class Connection(asyncio.Protocol):
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        if self._rpc_hook is not None:
+            self._rpc_hook(cmd)
         self.send_soon(cmd)
 
     def overdue(self, now: float, max_idle: float, frame_timeout: float) -> str | None:

@@ -252,8 +252,11 @@ class Clients:
     ``pid-ip@instanceName``; two consumers of one group in one process need different
     names, and separate factories keep one test's clients from sharing state with another's."""
 
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, credentials: tuple[str, str] | None = None) -> None:
         self.namesrv = namesrv
+        #: ACL (access key, secret key) every client made here signs with
+        #: (set_session_credentials, channel "ALIYUN" as the wheel's default)
+        self.credentials = credentials
         self._producers: list[Producer] = []
         self._consumers: list[PushConsumer | PullConsumer] = []
 
@@ -270,6 +273,8 @@ class Clients:
         # Not wrapped by the wheel's Python class; the C symbol is exported.
         ffi_check(dll.SetProducerInstanceName(p._handle, unique("ip").encode()))
         p.set_namesrv_addr(self.namesrv)
+        if self.credentials is not None:
+            p.set_session_credentials(*self.credentials, "ALIYUN")
         p.start()
         self._producers.append(p)
         return p
@@ -298,6 +303,8 @@ class Clients:
         c.set_namesrv_addr(self.namesrv)
         c.set_message_batch_max_size(1)
         c.set_thread_count(2)
+        if self.credentials is not None:
+            c.set_session_credentials(*self.credentials, "ALIYUN")
         extra = tuple(extra_props)
 
         def on_message(_consumer: int, handle: int) -> int:
@@ -320,6 +327,8 @@ class Clients:
     def pull_consumer(self, group: str | None = None) -> PullConsumer:
         c = PullConsumer(group or unique("GID_pull"))
         c.set_namesrv_addr(self.namesrv)
+        if self.credentials is not None:
+            c.set_session_credentials(*self.credentials, "ALIYUN")
         c.start()
         self._consumers.append(c)
         return c
