@@ -154,7 +154,11 @@ def test_refusals_store_and_consume_nothing(arun, tmp_path):
                 (creds(USER), "Elsewhere", "No permission for topic Elsewhere"),
             ]  # fmt: skip
             for kw, topic, why in cases:
-                async with Producer("PG_bad", ns, retry_times_when_send_failed=0, **kw) as bad:
+                # a long deadline: on a busy machine a slow answer must not
+                # pass for a refusal, nor a refusal for a timeout
+                async with Producer(
+                    "PG_bad", ns, retry_times_when_send_failed=0, send_msg_timeout=30.0, **kw
+                ) as bad:
                     with pytest.raises(NoPermissionError) as info:
                         await bad.send(Message(topic, b"never"))
                     assert why in info.value.remark, info.value.remark
