@@ -10,6 +10,7 @@ pyrmq broker -c FILE     a Broker configured by a RocketMQ broker.conf
 pyrmq cluster            a name server and master/slave broker groups, as processes
 pyrmq controller -c FILE a RocketMQ 5 controller (master failover) from a controller.conf
 pyrmq admin ...          mqadmin commands (pyrmq admin --help)
+pyrmq dashboard          a web dashboard on port 8082 (needs pyrmq[dashboard])
 pyrmq produce -t TOPIC   send --body, or each line of stdin, as messages
 pyrmq consume -t TOPIC   print a topic's messages as they arrive
 pyrmq bench ...          load generators: produce, consume, e2e (pyrmq bench --help)"""
@@ -369,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="not needed: the store's files say; if given, it must match them",
     )
-    from pyrmq import deploy, serve
+    from pyrmq import dashboard, deploy, serve
     from pyrmq.admin import cli as admin
     from pyrmq.benchmark import cli as bench_cli
 
     serve.add_arguments(sub)
     deploy.add_arguments(sub)
     admin.add_arguments(sub)
+    dashboard.add_arguments(sub)
     _add_client_tools(sub)
     bench_cli.add_arguments(sub)
     args = p.parse_args(argv)
@@ -391,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(e)
     if args.cmd == "admin":
         return admin.main(args)
+    if args.cmd == "dashboard":
+        return dashboard.main(args)
     if args.cmd == "bench":
         return bench_cli.main(args)
     if args.cmd in ("produce", "consume"):
