@@ -18,28 +18,39 @@
   function setup(fig) {
     const svg = document.createElementNS(SVG, "svg");
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    const axis = document.createElementNS(SVG, "line");
+    axis.setAttribute("x1", PAD); axis.setAttribute("x2", W - PAD);
+    axis.setAttribute("y1", H - PAD); axis.setAttribute("y2", H - PAD);
+    axis.setAttribute("class", "axis");
     const line = document.createElementNS(SVG, "polyline");
-    svg.appendChild(line);
+    const dot = document.createElementNS(SVG, "circle");
+    dot.setAttribute("r", "3");
+    svg.append(axis, line, dot);
     const status = document.createElement("div");
     status.className = "chart-status";
     status.textContent = "waiting for the first samples…";
     fig.insertBefore(svg, fig.firstChild);
     fig.appendChild(status);
-    return { fig, line, status, points: [], last: null,
+    return { fig, line, dot, status, points: [], last: null,
              path: fig.dataset.path, kind: fig.dataset.kind, unit: fig.dataset.unit || "" };
   }
   function draw(c) {
     const ys = c.points.map((p) => p.y);
     if (ys.length === 0) return;
-    const max = Math.max(1, ...ys), n = POINTS - 1;
+    const top = Math.max(...ys), max = Math.max(1, top);
+    const n = Math.max(1, c.points.length - 1);  // spread over the width until it is full
     const pts = c.points.map((p, i) => {
-      const x = PAD + ((n - (c.points.length - 1 - i)) / n) * (W - 2 * PAD);
+      const x = PAD + (c.points.length === 1 ? 1 : i / n) * (W - 2 * PAD);
       const y = H - PAD - (p.y / max) * (H - 2 * PAD);
       return x.toFixed(1) + "," + y.toFixed(1);
     });
     c.line.setAttribute("points", pts.join(" "));
-    c.status.textContent = `now ${fmt(ys[ys.length - 1])} ${c.unit} · max ${fmt(max)} ${c.unit}`;
+    const [x, y] = pts[pts.length - 1].split(",");
+    c.dot.setAttribute("cx", x); c.dot.setAttribute("cy", y);
+    c.status.textContent = `now ${fmt(ys[ys.length - 1])} ${c.unit} · max ${fmt(top)} ${c.unit}` +
+      ` · last ${ys.length} samples`;
     c.fig.dataset.samples = String(ys.length);
+    c.fig.dataset.last = String(ys[ys.length - 1]);
   }
   function feed(c, data) {
     const v = Number(pick(data, c.path)), t = Number(data.ts);
