@@ -137,6 +137,14 @@ def test_create_topic_send_and_find_by_key(
             assert f"topic {topic} created" in await notice(page)
             assert await page.locator("#queue-offsets tbody tr").count() == 2
 
+            # update it from its own page: 3 queues
+            upd = page.locator("#update-topic")
+            await upd.locator("input[name=read_queues]").fill("3")
+            await upd.locator("input[name=write_queues]").fill("3")
+            await upd.locator("button[type=submit]").click()
+            assert f"topic {topic} created/updated" in await notice(page)
+            assert await page.locator("#queue-offsets tbody tr").count() == 3
+
             # malformed form values come back as an error line on the page
             await visit(page, base + "/topics")
             await form.locator("input[name=topic]").fill("Another")
@@ -180,7 +188,7 @@ def test_create_topic_send_and_find_by_key(
             assert await page.locator("tr.message").count() == 1
         async with AdminClient(dashboard_namesrv(dashboard), timeout=10) as admin:
             route = await admin.topic_route(topic)
-            assert [qd.read_queue_nums for qd in route.queue_datas] == [2]
+            assert [qd.read_queue_nums for qd in route.queue_datas] == [3]
         assert errors == [], errors
 
     arun(main(), timeout=TEST_TIMEOUT)
