@@ -27,9 +27,9 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
     sock.set_inheritable(True)
     return sock
 
