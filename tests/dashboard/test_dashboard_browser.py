@@ -186,9 +186,23 @@ def test_create_topic_send_and_find_by_key(
             msg_id = msg_id.split()[0]
             await visit(page, base + f"/messages?mode=id&topic={topic}&msg_id={msg_id}")
             assert await page.locator("tr.message").count() == 1
-        async with AdminClient(dashboard_namesrv(dashboard), timeout=10) as admin:
-            route = await admin.topic_route(topic)
-            assert [qd.read_queue_nums for qd in route.queue_datas] == [3]
+            async with AdminClient(dashboard_namesrv(dashboard), timeout=10) as admin:
+                route = await admin.topic_route(topic)
+                assert [qd.read_queue_nums for qd in route.queue_datas] == [3]
+
+                # delete it: refused until its name is typed, then gone
+                await visit(page, base + f"/topic?name={topic}")
+                delete = page.locator("#delete-topic")
+                await delete.locator("input[name=confirm]").fill("wrong")
+                await delete.locator("button[type=submit]").click()
+                assert "to confirm its deletion" in await notice(page)
+                assert topic in await admin.topic_list()
+                await page.locator("#delete-topic input[name=confirm]").fill(topic)
+                await page.locator("#delete-topic button[type=submit]").click()
+                await page.wait_for_url(re.compile(r"/topics\?notice="))
+                assert f"topic {topic} deleted" in await notice(page)
+                assert topic not in await page.locator("ul.topics").first.inner_text()
+                assert topic not in await admin.topic_list()
         assert errors == [], errors
 
     arun(main(), timeout=TEST_TIMEOUT)
@@ -286,6 +300,10 @@ def test_dlq_message_resent_to_its_group(
                 failing = False
                 errors: list[str] = []
                 async with browser_page(errors) as page:
+                    # the group's online member is listed
+                    await visit(page, dashboard.url + f"/group?name={group}&topic={topic}")
+                    members = await page.locator("#members li").all_inner_texts()
+                    assert members == [consumer.client.client_id], members
                     await visit(page, dashboard.url + "/dlq")
                     await page.locator("#dlq-form input[name=group]").fill(group)
                     await page.locator("#dlq-form button[type=submit]").click()
