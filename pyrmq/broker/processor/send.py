@@ -20,7 +20,6 @@ import rmqcore
 from pyrmq.broker.dedup import DuplicateDetector, batch_properties
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
-from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 from pyrmq.broker.transaction.service import TransactionalMessageService
 from pyrmq.common.errors import (
@@ -625,7 +624,7 @@ class SendMessageProcessor:
             props["REAL_QID"] = str(queue_id)
             topic, queue_id = SCHEDULE_TOPIC, level - 1
         with _STORE_ERRORS:
-            put_copy(self.store, msg, topic, queue_id, props, reconsume + 1)
+            self.store.put_copy(msg, topic, queue_id, props, reconsume + 1)
         return cmd.response(ResponseCode.SUCCESS)
 
 
