@@ -401,17 +401,28 @@ cdef class MessageStoreCore:
         """Concatenate CommitLog byte ranges (a pull body, copied)."""
         return b"".join([self.read(o, s) for o, s in ranges])
 
-    def look_message_by_offset(self, long long phys_offset) -> dict:
-        """Decode the record at phys_offset (CRC checked)."""
+    cdef rmq_mapped_file_t *_view_at(self, long long phys_offset,
+                                     rmq_record_view_t *v) except NULL:
+        """Decode the record at phys_offset in place; the segment stays
+        pinned (the view points into it) until the caller unpins it."""
         cdef rmq_mapped_file_t *mf
         cdef const uint8_t *p
         cdef int64_t avail
-        cdef rmq_record_view_t v
         self._check()
         _raise_for(rmq_commit_log_read_pinned(&self._s.cl, phys_offset, &mf, &p, &avail),
                    f"no message at offset {phys_offset}")
         try:
-            _raise_for(rmq_record_decode(p, avail, &v), f"record at {phys_offset}")
+            _raise_for(rmq_record_decode(p, avail, v), f"record at {phys_offset}")
+        except BaseException:
+            rmq_mapped_file_unpin(mf)
+            raise
+        return mf
+
+    def look_message_by_offset(self, long long phys_offset) -> dict:
+        """Decode the record at phys_offset (CRC checked)."""
+        cdef rmq_record_view_t v
+        cdef rmq_mapped_file_t *mf = self._view_at(phys_offset, &v)
+        try:
             if v.phys_offset != phys_offset:
                 raise CorruptStoreError(f"no record starts at offset {phys_offset}", RMQ_ECORRUPT)
             if not rmq_record_crc_ok(&v):
@@ -423,15 +434,9 @@ cdef class MessageStoreCore:
     def properties_at(self, long long phys_offset) -> dict:
         """The properties of the record at phys_offset, decoded (what a
         property filter reads: no CRC check, nothing else copied)."""
-        cdef rmq_mapped_file_t *mf
-        cdef const uint8_t *p
-        cdef int64_t avail
         cdef rmq_record_view_t v
-        self._check()
-        _raise_for(rmq_commit_log_read_pinned(&self._s.cl, phys_offset, &mf, &p, &avail),
-                   f"no message at offset {phys_offset}")
+        cdef rmq_mapped_file_t *mf = self._view_at(phys_offset, &v)
         try:
-            _raise_for(rmq_record_decode(p, avail, &v), f"record at {phys_offset}")
             return decode_properties((<const char *>v.props)[:v.props_len])
         finally:
             rmq_mapped_file_unpin(mf)

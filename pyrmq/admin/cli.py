@@ -25,130 +25,38 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
-import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from pyrmq.acl.signing import ENV_ACCESS_KEY, ENV_SECRET_KEY
 from pyrmq.admin.acl_cli import ACL_COMMANDS, Shown
+from pyrmq.admin.cli_broker import BROKER_COMMANDS
+from pyrmq.admin.cli_common import (
+    Output,
+    Run,
+    default_namesrv,
+    fmt_time,
+    group_opt,
+    message_detail,
+    opt,
+    parse_bool,
+    parse_timestamp,
+    perm_text,
+    positive_int,
+    setup_topic_only,
+    short_body,
+    table,
+    topic_opt,
+)
+from pyrmq.admin.cli_groups import GROUP_COMMANDS
 from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
 from pyrmq.common.message import MessageExt
 from pyrmq.common.trace import TRACE_TOPIC
-
-#: mqadmin's time format for -s/-e (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS, local time)
-JAVA_TIME_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"
-_BODY_IN_TABLE = 64
-
-
-def default_namesrv() -> str:
-    return os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
-
-
-# -- formatting ---------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Left-aligned columns, mqadmin style (#Header)."""
-    cells = [[f"#{h}" for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
-    )
-
-
-def fmt_time(ms: int) -> str:
-    """Epoch milliseconds as local time; '-' for 0 (never)."""
-    if ms <= 0:
-        return "-"
-    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def short_body(body: bytes, limit: int = _BODY_IN_TABLE) -> str:
-    try:
-        text = body.decode()
-    except UnicodeDecodeError:
-        return f"<{len(body)} bytes>"
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def message_detail(m: MessageExt) -> str:
-    """One message as mqadmin's queryMsgById prints it."""
-    try:
-        body = m.body.decode()
-    except UnicodeDecodeError:
-        body = f"<{len(m.body)} bytes, not UTF-8: use --json for base64>"
-    rows = [
-        ("OffsetID", m.offset_msg_id),
-        ("MsgId", m.msg_id),
-        ("Topic", m.topic),
-        ("Tags", f"[{m.tags or ''}]"),
-        ("Keys", f"[{' '.join(m.keys)}]"),
-        ("Queue ID", m.queue_id),
-        ("Queue Offset", m.queue_offset),
-        ("CommitLog Offset", m.commit_log_offset),
-        ("Reconsume Times", m.reconsume_times),
-        ("Born Timestamp", fmt_time(m.born_timestamp)),
-        ("Store Timestamp", fmt_time(m.store_timestamp)),
-        ("Born Host", m.born_host),
-        ("Store Host", m.store_host),
-        ("System Flag", m.sys_flag),
-        ("Properties", json.dumps(m.properties, ensure_ascii=False)),
-        ("Message Body", body),
-    ]
-    return "\n".join(f"{k + ':':<20} {v}" for k, v in rows)
-
-
-def parse_timestamp(text: str) -> int:
-    """-s/-e values: epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS (local time)."""
-    t = text.strip()
-    if t.lower() == "now":
-        return int(datetime.datetime.now().timestamp() * 1000)
-    if t.lstrip("-").isdigit():
-        return int(t)
-    for parse in (
-        lambda s: datetime.datetime.strptime(s, JAVA_TIME_FORMAT),
-        datetime.datetime.fromisoformat,
-    ):
-        try:
-            return int(parse(t).timestamp() * 1000)
-        except ValueError:
-            continue
-    raise argparse.ArgumentTypeError(
-        f"timestamp {text!r} is neither epoch milliseconds, 'now', nor yyyy-MM-dd#HH:mm:ss:SSS"
-    )
-
-
-def _bool(text: str) -> bool:
-    t = text.strip().lower()
-    if t in ("true", "1", "yes"):
-        return True
-    if t in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
-
-
-def _perm(perm: int) -> str:
-    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
-
-
-@dataclasses.dataclass(slots=True)
-class Output:
-    """What a command shows: `data` for --json, `text` otherwise."""
-
-    data: Any
-    text: str
-
-
-# -- commands --------------------------------------------------------------------------------
-
-Run = Callable[[AdminClient, argparse.Namespace], Awaitable[Output]]
 
 
 async def _update_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
@@ -164,7 +72,8 @@ async def _update_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
     lines = [f"create topic to {b} success: {r.topic}" for b in r.brokers]
     lines.append(
         f"TopicConfig [topicName={r.topic}, readQueueNums={r.read_queue_nums}, "
-        f"writeQueueNums={r.write_queue_nums}, perm={_perm(r.perm)}, order={str(r.order).lower()}]"
+        f"writeQueueNums={r.write_queue_nums}, perm={perm_text(r.perm)}, "
+        f"order={str(r.order).lower()}]"
     )
     return Output(as_json(r), "\n".join(lines))
 
@@ -180,7 +89,10 @@ async def _delete_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
 
 
 async def _topic_list(admin: AdminClient, a: argparse.Namespace) -> Output:
-    topics = await admin.topic_list()
+    if a.cluster:
+        topics = await admin.topics_by_cluster(a.cluster)
+    else:
+        topics = await admin.topic_list()
     return Output(topics, "\n".join(topics))
 
 
@@ -197,7 +109,7 @@ async def _topic_route(admin: AdminClient, a: argparse.Namespace) -> Output:
     queues = table(
         ["Broker Name", "Read Queues", "Write Queues", "Perm"],
         [
-            (q.broker_name, q.read_queue_nums, q.write_queue_nums, _perm(q.perm))
+            (q.broker_name, q.read_queue_nums, q.write_queue_nums, perm_text(q.perm))
             for q in route.queue_datas
         ],
     )
@@ -350,6 +262,12 @@ async def _query_msg_by_id(admin: AdminClient, a: argparse.Namespace) -> Output:
     ids = [i for i in (s.strip() for s in a.msg_id.split(",")) if i]
     if not ids:
         raise ClientError("no message id given")
+    if a.group or a.client_id:
+        # have one consumer of the group consume the message (consumeMessageDirectly)
+        if not (a.group and a.client_id) or len(ids) != 1:
+            raise ClientError("give one message id with both -g consumerGroup and -d clientId")
+        r = await admin.consume_message_directly(a.group, a.client_id, ids[0], a.topic or "")
+        return Output(r, f"ConsumeMessageDirectlyResult: {r}")
     msgs: list[MessageExt] = []
     for msg_id in ids:
         msgs.extend(await admin.query_msg_by_id(msg_id, a.topic))
@@ -454,31 +372,19 @@ async def _consume_message(admin: AdminClient, a: argparse.Namespace) -> Output:
 # -- argument parsing ----------------------------------------------------------------------
 
 
-def _opt(p: argparse._ActionsContainer, short: str, *longs: str, **kw: Any) -> None:
-    p.add_argument(short, *(f"--{n}" for n in longs), **kw)
-
-
-def _topic(p: argparse.ArgumentParser, required: bool = True) -> None:
-    _opt(p, "-t", "topic", required=required, help="topic name")
-
-
-def _group(p: argparse.ArgumentParser) -> None:
-    _opt(p, "-g", "consumerGroup", "group", dest="group", required=True, help="consumer group")
-
-
 def _setup_update_topic(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="one broker (ip:port)")
-    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
-    _topic(p)
-    _opt(p, "-r", "readQueueNums", "read-queues", dest="read_queues", type=int, default=8)
-    _opt(p, "-w", "writeQueueNums", "write-queues", dest="write_queues", type=int, default=8)
-    _opt(p, "-p", "perm", type=int, default=6, help="6 = read+write (4 read, 2 write)")
-    _opt(
+    opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="one broker (ip:port)")
+    opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
+    topic_opt(p)
+    opt(p, "-r", "readQueueNums", "read-queues", dest="read_queues", type=int, default=8)
+    opt(p, "-w", "writeQueueNums", "write-queues", dest="write_queues", type=int, default=8)
+    opt(p, "-p", "perm", type=int, default=6, help="6 = read+write (4 read, 2 write)")
+    opt(
         p,
         "-o",
         "order",
-        type=_bool,
+        type=parse_bool,
         nargs="?",
         const=True,
         default=False,
@@ -487,74 +393,70 @@ def _setup_update_topic(p: argparse.ArgumentParser) -> None:
 
 
 def _setup_delete_topic(p: argparse.ArgumentParser) -> None:
-    _topic(p)
-    _opt(p, "-c", "clusterName", "cluster", dest="cluster", help="default: every cluster")
+    topic_opt(p)
+    opt(p, "-c", "clusterName", "cluster", dest="cluster", help="default: every cluster")
 
 
 def _setup_cluster_list(p: argparse.ArgumentParser) -> None:
-    _opt(p, "-c", "clusterName", "cluster", dest="cluster", help="only this cluster")
+    opt(p, "-c", "clusterName", "cluster", dest="cluster", help="only this cluster")
 
 
 def _setup_broker_status(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
-    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
-    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every broker of a cluster")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return n
+    opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
+    opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every broker of a cluster")
 
 
 def _setup_pending_transactions(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    _opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
-    _opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
+    opt(where, "-b", "brokerAddr", "broker-addr", dest="broker_addr", help="broker ip:port")
+    opt(where, "-c", "clusterName", "cluster", dest="cluster", help="every master of a cluster")
     p.add_argument(
-        "--limit", type=_positive_int, default=100, help="the oldest N of each broker (100)"
+        "--limit", type=positive_int, default=100, help="the oldest N of each broker (100)"
     )
 
 
 def _setup_query_msg_trace_by_id(p: argparse.ArgumentParser) -> None:
-    _opt(p, "-i", "msgId", dest="msg_id", required=True, help="the message's id (UNIQ_KEY)")
-    _opt(p, "-t", "traceTopic", "trace-topic", dest="trace_topic", default=TRACE_TOPIC,
+    opt(p, "-i", "msgId", dest="msg_id", required=True, help="the message's id (UNIQ_KEY)")
+    opt(p, "-t", "traceTopic", "trace-topic", dest="trace_topic", default=TRACE_TOPIC,
          help=f"the trace topic ({TRACE_TOPIC})")  # fmt: skip
 
 
 def _setup_consumer_progress(p: argparse.ArgumentParser) -> None:
-    _group(p)
-    _topic(p, required=False)
+    group_opt(p)
+    topic_opt(p, required=False)
+
+
+def _setup_topic_list(p: argparse.ArgumentParser) -> None:
+    opt(p, "-c", "clusterName", "cluster", dest="cluster", help="only this cluster's topics")
 
 
 def _setup_query_msg_by_id(p: argparse.ArgumentParser) -> None:
-    _opt(p, "-i", "msgId", dest="msg_id", required=True, help="message id(s), comma-separated")
-    _opt(p, "-t", "topic", help="topic: lets a UNIQ_KEY (producer's msgId) be looked up")
+    opt(p, "-i", "msgId", dest="msg_id", required=True, help="message id(s), comma-separated")
+    opt(p, "-t", "topic", help="topic: lets a UNIQ_KEY (producer's msgId) be looked up")
+    opt(p, "-g", "consumerGroup", dest="group", help="have a consumer of it consume the message")
+    opt(p, "-d", "clientId", dest="client_id", help="that consumer (with -g)")
 
 
 def _setup_query_msg_by_key(p: argparse.ArgumentParser) -> None:
-    _topic(p)
-    _opt(p, "-k", "msgKey", "key", dest="key", required=True, help="message key")
-    _opt(p, "-b", "beginTimestamp", dest="begin", type=parse_timestamp, default=0)
-    _opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, default=2**62)
-    _opt(p, "-c", "maxNum", dest="max_num", type=int, default=32, help="at most this many")
+    topic_opt(p)
+    opt(p, "-k", "msgKey", "key", dest="key", required=True, help="message key")
+    opt(p, "-b", "beginTimestamp", dest="begin", type=parse_timestamp, default=0)
+    opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, default=2**62)
+    opt(p, "-c", "maxNum", dest="max_num", type=int, default=32, help="at most this many")
 
 
 def _setup_query_msg_by_offset(p: argparse.ArgumentParser) -> None:
-    _topic(p)
-    _opt(p, "-b", "brokerName", dest="broker_name", required=True)
-    _opt(p, "-i", "queueId", dest="queue_id", type=int, required=True)
-    _opt(p, "-o", "offset", type=int, required=True, help="queue offset")
+    topic_opt(p)
+    opt(p, "-b", "brokerName", dest="broker_name", required=True)
+    opt(p, "-i", "queueId", dest="queue_id", type=int, required=True)
+    opt(p, "-o", "offset", type=int, required=True, help="queue offset")
 
 
 def _setup_reset_offset_by_time(p: argparse.ArgumentParser) -> None:
-    _group(p)
-    _topic(p)
-    _opt(
+    group_opt(p)
+    topic_opt(p)
+    opt(
         p,
         "-s",
         "timestamp",
@@ -562,47 +464,39 @@ def _setup_reset_offset_by_time(p: argparse.ArgumentParser) -> None:
         required=True,
         help="epoch ms, 'now', or yyyy-MM-dd#HH:mm:ss:SSS (local time)",
     )
-    _opt(p, "-f", "force", type=_bool, default=True, help="also move offsets forward (true)")
+    opt(p, "-f", "force", type=parse_bool, default=True, help="also move offsets forward (true)")
 
 
 def _setup_send_message(p: argparse.ArgumentParser) -> None:
-    _topic(p)
-    _opt(p, "-p", "body", required=True, help="message body (text)")
-    _opt(p, "-k", "keys", help="message keys (space-separated)")
-    _opt(p, "-c", "tags", help="message tag")
-    _opt(p, "-b", "brokerName", dest="broker_name", help="send to this broker (with -i)")
-    _opt(p, "-i", "queueId", dest="queue_id", type=int, help="send to this queue (with -b)")
+    topic_opt(p)
+    opt(p, "-p", "body", required=True, help="message body (text)")
+    opt(p, "-k", "keys", help="message keys (space-separated)")
+    opt(p, "-c", "tags", help="message tag")
+    opt(p, "-b", "brokerName", dest="broker_name", help="send to this broker (with -i)")
+    opt(p, "-i", "queueId", dest="queue_id", type=int, help="send to this queue (with -b)")
 
 
 def _setup_consume_message(p: argparse.ArgumentParser) -> None:
-    _topic(p)
-    _opt(p, "-b", "brokerName", dest="broker_name", help="only this broker")
-    _opt(p, "-i", "queueId", dest="queue_id", type=int, help="only this queue id")
-    _opt(p, "-o", "offset", type=int, help="start offset (default: each queue's min)")
-    _opt(p, "-s", "beginTimestamp", dest="begin", type=parse_timestamp, help="start time")
-    _opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, help="end time")
-    _opt(p, "-c", "messageNumber", dest="count", type=int, default=128, help="at most (128)")
-
-
-def _no_args(p: argparse.ArgumentParser) -> None:
-    pass
-
-
-def _setup_topic_only(p: argparse.ArgumentParser) -> None:
-    _topic(p)
+    topic_opt(p)
+    opt(p, "-b", "brokerName", dest="broker_name", help="only this broker")
+    opt(p, "-i", "queueId", dest="queue_id", type=int, help="only this queue id")
+    opt(p, "-o", "offset", type=int, help="start offset (default: each queue's min)")
+    opt(p, "-s", "beginTimestamp", dest="begin", type=parse_timestamp, help="start time")
+    opt(p, "-e", "endTimestamp", dest="end", type=parse_timestamp, help="end time")
+    opt(p, "-c", "messageNumber", dest="count", type=int, default=128, help="at most (128)")
 
 
 #: (mqadmin name, dashed alias, help, argument setup, coroutine)
 COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], Run]] = [
     ("updateTopic", "update-topic", "create or update a topic", _setup_update_topic, _update_topic),
     ("deleteTopic", "delete-topic", "delete a topic", _setup_delete_topic, _delete_topic),
-    ("topicList", "topic-list", "topics the name server knows", _no_args, _topic_list),
-    ("topicRoute", "topic-route", "the route of a topic", _setup_topic_only, _topic_route),
+    ("topicList", "topic-list", "topics the name server knows", _setup_topic_list, _topic_list),
+    ("topicRoute", "topic-route", "the route of a topic", setup_topic_only, _topic_route),
     (
         "topicStatus",
         "topic-status",
         "offsets of a topic's queues",
-        _setup_topic_only,
+        setup_topic_only,
         _topic_status,
     ),
     ("clusterList", "cluster-list", "clusters and brokers", _setup_cluster_list, _cluster_list),
@@ -670,6 +564,8 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
         _setup_consume_message,
         _consume_message,
     ),
+    *GROUP_COMMANDS,
+    *BROKER_COMMANDS,
 ]
 
 
@@ -687,7 +583,7 @@ COMMANDS += [(n, alias, h, setup, _shown(run)) for n, alias, h, setup, run in AC
 def add_common(p: argparse.ArgumentParser) -> None:
     """-n, --json, --timeout and the ACL credentials, shared by every admin
     command."""
-    _opt(
+    opt(
         p,
         "-n",
         "namesrvAddr",

@@ -28,6 +28,7 @@ import ssl
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pyrmq.admin.ops import AdminOps
 from pyrmq.admin.results import (
     BrokerInfo,
     ClusterInfo,
@@ -79,9 +80,10 @@ _END_OF_TIME = 2**62
 # -- the client -------------------------------------------------------------------------
 
 
-class AdminClient:
+class AdminClient(AdminOps):
     """Topics, clusters, consumer offsets and message lookups over the
-    RocketMQ 4.x remoting protocol (DefaultMQAdminExt + DefaultMQAdminExtImpl).
+    RocketMQ 4.x remoting protocol (DefaultMQAdminExt + DefaultMQAdminExtImpl);
+    groups, stats and broker config come from AdminOps (pyrmq/admin/ops.py).
 
     `namesrv_addr` is 'host:port[;host:port]' (or NAMESRV_ADDR when None);
     `timeout` is the deadline of each request in seconds."""
@@ -347,14 +349,28 @@ class AdminClient:
         """Broker offset, committed offset and their difference for every
         readable queue of the group's topics, plus the total difference.
 
-        A 4.x broker has no request that lists a group's subscriptions
-        without GET_CONSUME_STATS/GET_CONSUMER_CONNECTION_LIST (which pyrmq's
-        broker does not serve), so the topics are: `topic` when given, plus
-        `%RETRY%<group>` when it exists (the broker creates it when a
-        clustering consumer of the group first heartbeats). With no `topic`
-        only the retry topic is shown, and a group without one is an error."""
+        From GET_CONSUME_STATS, as mqadmin asks it: every topic the group
+        has offsets of (or `topic`), on every master. A broker that does not
+        serve it (or a group with no offset yet) is asked per queue instead:
+        `topic` when given, plus `%RETRY%<group>` when it exists."""
         if not group:
             raise ClientError("no consumer group given")
+        try:
+            stats = await self.examine_consume_stats(group, topic)
+        except (RequestCodeNotSupportedError, ClientError):
+            stats = None
+        if stats is not None:
+            queues = [
+                QueueProgress(r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"],
+                              r["consumerOffset"], max(0, r["brokerOffset"] - r["consumerOffset"]))
+                for r in stats["offsetTable"]
+            ]  # fmt: skip
+            try:
+                cc = await self.examine_consumer_connection(group)
+                clients = sorted({str(c["clientId"]) for c in cc.get("connectionSet") or []})
+            except (BrokerError, RemotingError):
+                clients = []
+            return ConsumerProgress(group, sorted({q.topic for q in queues}), queues, clients)
         retry = RETRY_GROUP_TOPIC_PREFIX + group
         topics = [topic] if topic else []
         routes: dict[str, TopicRouteData] = {}

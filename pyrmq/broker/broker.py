@@ -21,11 +21,16 @@ from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
+from pyrmq.broker.processor.admin_groups import AdminGroupProcessor
+from pyrmq.broker.processor.admin_stats import AdminStatsProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
 from pyrmq.broker.processor.send import SendMessageProcessor
 from pyrmq.broker.registration import BrokerOuterAPI
+from pyrmq.broker.runtime_config import BrokerRuntimeConfig
 from pyrmq.broker.schedule import ScheduleMessageService
+from pyrmq.broker.stats import SAMPLE_INTERVAL, BrokerStatsManager
+from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.broker.transaction import (
     EndTransactionProcessor,
@@ -191,6 +196,13 @@ class Broker:
                 cfg.msg_trace_topic_name, 1, PERM_READ | PERM_WRITE
             )
         self.offsets = ConsumerOffsetManager(os.path.join(root, "config", "consumerOffset.json"))
+        self.groups = SubscriptionGroupManager(
+            root,
+            auto_create_subscription_group=cfg.auto_create_subscription_group,
+            retry_queue_nums=cfg.retry_queue_nums,
+            retry_max_times=cfg.max_reconsume_times,
+        )
+        self.stats = BrokerStatsManager(cfg.broker_cluster_name)
         channel_idle = cfg.client_channel_max_idle_time_ms / 1000
         self.consumers = ConsumerManager(self._notify_consumer_ids_changed, channel_idle)
         self.producers = ProducerManager(channel_idle)
@@ -260,6 +272,29 @@ class Broker:
             consumers=self.consumers,
             broker_name=cfg.broker_name,
         )
+        for proc in (self.send_processor, self.pull_processor, cm):
+            proc.groups = self.groups
+        self.send_processor.stats = self.pull_processor.stats = self.stats
+        groups_admin = AdminGroupProcessor(
+            store,
+            self.topics,
+            self.offsets,
+            self.groups,
+            self.consumers,
+            self.producers,
+            self.stats,
+            broker_name=cfg.broker_name,
+        )
+        self.runtime_config = self._runtime_config(cm)
+        stats_admin = AdminStatsProcessor(
+            store,
+            self.topics,
+            self.stats,
+            self.runtime_config,
+            groups_admin,
+            broker_name=cfg.broker_name,
+            broker_addr=lambda: self.addr,
+        )
         self.schedule = ScheduleMessageService(
             store,
             cfg.delay_levels_ms,
@@ -306,6 +341,7 @@ class Broker:
         server.register(
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, admin.invoke_broker_to_reset_offset
         )
+        self._register_admin(server, groups_admin, stats_admin)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.roles.role_changed)
@@ -327,7 +363,7 @@ class Broker:
             broker_id=cfg.broker_id,
             broker_addr=self.addr,
             ha_server_addr=f"{self.ip}:{self.ha.port if self.ha else self.port + 1}",
-            topic_wrapper=self.topics.serialize_wrapper,
+            topic_wrapper=self._registered_topics,
             on_master=self.roles.master_learned,
         )
         if self.roles.slave:
@@ -369,6 +405,9 @@ class Broker:
             asyncio.create_task(
                 self._every(10.0, self._scan_clients), name="pyrmq:broker:scan-clients"
             ),
+            asyncio.create_task(
+                self._every(SAMPLE_INTERVAL, self._sample_stats), name="pyrmq:broker:stats"
+            ),
         ]
 
     async def start_transactions(self) -> None:
@@ -386,6 +425,7 @@ class Broker:
 
     async def _persist_offsets(self) -> None:
         await self.offsets.persist()
+        await self.groups.persist()  # groups auto-created since the last save
         if self.roles.slave:
             await self.schedule.persist()
 
@@ -408,6 +448,83 @@ class Broker:
                 raise
             except Exception:
                 log.exception("broker: periodic job %s failed", getattr(job, "__name__", job))
+
+    @staticmethod
+    def _register_admin(
+        server: RemotingServer, groups: AdminGroupProcessor, stats: AdminStatsProcessor
+    ) -> None:
+        """The requests of mqadmin and rocketmq-dashboard (groups, stats, config)."""
+        for code, handler in (
+            (
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                groups.update_and_create_subscription_group,
+            ),
+            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, groups.all_subscription_group),
+            (RequestCode.DELETE_SUBSCRIPTIONGROUP, groups.delete_subscription_group),
+            (RequestCode.GET_CONSUMER_CONNECTION_LIST, groups.consumer_connection_list),
+            (RequestCode.GET_PRODUCER_CONNECTION_LIST, groups.producer_connection_list),
+            (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, groups.query_topic_consume_by_who),
+            (RequestCode.GET_CONSUME_STATS, groups.get_consume_stats),
+            (RequestCode.QUERY_CONSUME_TIME_SPAN, groups.query_consume_time_span),
+            (RequestCode.CLONE_GROUP_OFFSET, groups.clone_group_offset),
+            (RequestCode.GET_CONSUMER_RUNNING_INFO, groups.consumer_running_info),
+            (RequestCode.CONSUME_MESSAGE_DIRECTLY, groups.consume_message_directly),
+            (RequestCode.GET_TOPIC_STATS_INFO, stats.topic_stats_info),
+            (RequestCode.VIEW_BROKER_STATS_DATA, stats.view_broker_stats_data),
+            (RequestCode.GET_BROKER_CONSUME_STATS, stats.broker_consume_stats),
+            (RequestCode.GET_BROKER_CONFIG, stats.get_broker_config),
+            (RequestCode.UPDATE_BROKER_CONFIG, stats.update_broker_config),
+        ):
+            server.register(code, handler)
+
+    def _runtime_config(self, cm: ConsumerManageProcessor) -> BrokerRuntimeConfig:
+        """The keys UPDATE_BROKER_CONFIG may change while the broker runs,
+        bound to the components that read them."""
+        rc = BrokerRuntimeConfig(self.config, self.store_config, self._config_changed)
+        sp, pp = self.send_processor, self.pull_processor
+        rc.bind("brokerPermission", (sp, "broker_permission"), (pp, "broker_permission"))
+        rc.bind("autoCreateSubscriptionGroup", (self.groups, "auto_create_subscription_group"))
+        rc.bind("longPollingEnable", (pp, "long_polling_enable"))
+        rc.bind("shortPollingTimeMills", (pp, "short_polling_time_ms"))
+        rc.bind("slaveReadEnable", (pp, "slave_read_enable"))
+        rc.bind("transferBySendfileMinBytes", (pp, "sendfile_min_bytes"))
+        rc.bind(
+            "enablePropertyFilter", (pp, "enable_property_filter"), (cm, "enable_property_filter")
+        )
+        rc.bind(
+            "maxReconsumeTimes",
+            (sp, "max_reconsume_times"),
+            (self.groups, "default_retry_max_times"),
+        )
+        rc.bind(
+            "retryQueueNums",
+            (sp, "retry_queue_nums"),
+            (cm, "retry_queue_nums"),
+            (self.groups, "default_retry_queue_nums"),
+        )
+        rc.bind("brokerFastFailureEnable", (sp, "fast_failure"))
+        rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
+        return rc
+
+    def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
+        self.config = config
+        if "brokerPermission" in keys:
+            # the name servers route reads and writes by it (registerBrokerAll)
+            self.topics.bump_version()
+
+    def _registered_topics(self) -> dict[str, Any]:
+        """The topic table as registered: a broker that takes no writes (or
+        reads) now registers every topic with its brokerPermission, so the
+        name servers route none there (RocketMQ's registerBrokerAll)."""
+        wrapper = self.topics.serialize_wrapper()
+        perm = self.config.broker_permission
+        if perm & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
+            for tc in wrapper["topicConfigTable"].values():
+                tc["perm"] = perm
+        return wrapper
+
+    async def _sample_stats(self) -> None:
+        self.stats.sample()
 
     async def _scan_clients(self) -> None:
         self.consumers.scan_not_active()
@@ -508,6 +625,7 @@ class Broker:
         if hasattr(self, "offsets"):
             self.offsets.persist_now()
             self.topics.persist_now()
+            self.groups.persist_now()
         await self.client.shutdown()
         await self.store.shutdown()
         self.store = None

@@ -83,7 +83,12 @@ class BrokerConfig:
     broker_fast_failure_enable: bool = True
     #: retryMaxTimes of auto-created subscription groups
     max_reconsume_times: int = 16
+    #: retryQueueNums of auto-created subscription groups
     retry_queue_nums: int = 1
+    #: a consumer group the subscription group table lacks is created on
+    #: its first pull or heartbeat (off: its pulls and send-backs are
+    #: refused SUBSCRIPTION_GROUP_NOT_EXIST until updateSubGroup creates it)
+    auto_create_subscription_group: bool = True
     #: pull answers at least this large go by sendfile (smaller ones are
     #: copied: one gathered copy beats per-range sendfile below ~16 KiB here)
     transfer_by_sendfile_min_bytes: int = 16 * 1024

@@ -62,6 +62,26 @@ class ConsumerOffsetManager:
         """The committed offset, or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
 
+    def which_topic_by_consumer(self, group: str) -> set[str]:
+        """Topics the group has offsets of."""
+        return {t for t, _, g in (k.partition("@") for k in self.table) if g == group}
+
+    def which_group_by_topic(self, topic: str) -> set[str]:
+        """Groups with offsets of the topic."""
+        return {g for t, _, g in (k.partition("@") for k in self.table) if t == topic}
+
+    def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
+        """dest_group takes src_group's offsets of topic (CLONE_GROUP_OFFSET)."""
+        queues = self.table.get(f"{topic}@{src_group}")
+        if queues is not None:
+            self.table[f"{topic}@{dest_group}"] = dict(queues)
+            self.dirty = True
+
+    def remove_group(self, group: str) -> None:
+        for k in [k for k in self.table if k.partition("@")[2] == group]:
+            del self.table[k]
+            self.dirty = True
+
     def remove_topic(self, topic: str) -> None:
         for k in [k for k in self.table if k.split("@", 1)[0] == topic]:
             del self.table[k]

@@ -177,7 +177,7 @@ class ScheduleMessageService:
             )
             return
         try:
-            put_copy(self.store, m, topic, qid, props, m["reconsume_times"])
+            self.store.put_copy(m, topic, qid, props, m["reconsume_times"])
             self.delivered += 1
         except DiskFullError:
             raise
@@ -189,29 +189,3 @@ class ScheduleMessageService:
                 qid,
                 e,
             )
-
-
-def put_copy(
-    store: MessageStore,
-    m: dict[str, Any],
-    topic: str,
-    queue_id: int,
-    properties: dict[str, str],
-    reconsume_times: int,
-    sysflag: int | None = None,
-) -> rmqcore.AppendResult:
-    """Store again a message read back from the CommitLog (a decoded record)
-    under a new topic/queue and properties: body, flag, sysflag (unless
-    given), born time and born host kept (delay delivery, send-back, DLQ,
-    a transaction's check-back copy, commit and give-up)."""
-    return store.put_message_nowait(
-        topic,
-        queue_id,
-        m["body"],
-        rmqcore.encode_properties(properties),
-        flag=m["flag"],
-        sysflag=m["sys_flag"] if sysflag is None else sysflag,
-        born_timestamp=m["born_timestamp"],
-        born_host=m["born_host"],
-        reconsume_times=reconsume_times,
-    )

@@ -159,6 +159,11 @@ class TopicConfigManager:
         if self._on_change is not None:
             self._on_change()
 
+    def bump_version(self) -> None:
+        """A new dataVersion without a change of the table (the broker's
+        permission changed: the name servers must hear of it)."""
+        self._changed()
+
     async def persist(self) -> None:
         await self._file.persist()
 

@@ -152,8 +152,18 @@ class SubscriptionGroupNotExistError(BrokerError):
     code = 26
 
 
+class InvalidParameterError(BrokerError):
+    code = 29
+
+
 class ConsumerNotOnlineError(BrokerError):
     code = 206
+
+
+class ConsumeMsgTimeoutError(BrokerError):
+    """A consumer the broker forwarded a request to did not answer in time."""
+
+    code = 207
 
 
 # RocketMQ 5 controller mode (ResponseCode 2000-2016).

@@ -125,6 +125,37 @@ class _ListenerRunner:
                 result = await result
             return result
 
+    async def consume_directly(self, msg: MessageExt, broker_name: str) -> dict[str, Any]:
+        """Consume one message outside the queues (CONSUME_MESSAGE_DIRECTLY,
+        ConsumeMessage*Service.consumeMessageDirectly): the listener's
+        verdict as ConsumeMessageDirectlyResult; nothing is retried or
+        committed whatever it says."""
+        orderly = isinstance(self, ConsumeMessageOrderlyService)
+        mq = MessageQueue(msg.topic, broker_name, msg.queue_id)
+        ctx: Any = ConsumeOrderlyContext(mq) if orderly else ConsumeConcurrentlyContext(mq)
+        self.reset_retry_topic([msg])
+        started = time.monotonic()
+        remark = None
+        try:
+            status = await self._call([msg], ctx)
+            if status is None:
+                result = "CR_RETURN_NULL"
+            elif status in _SUCCESS:
+                result = "CR_SUCCESS"
+            else:
+                result = "CR_LATER"
+        except Exception as e:
+            result, remark = "CR_THROW_EXCEPTION", f"{type(e).__name__}: {e}"
+        out: dict[str, Any] = {
+            "autoCommit": bool(getattr(ctx, "auto_commit", True)),
+            "consumeResult": result,
+            "order": orderly,
+            "spentTimeMills": int((time.monotonic() - started) * 1000),
+        }
+        if remark is not None:
+            out["remark"] = remark
+        return out
+
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(name)

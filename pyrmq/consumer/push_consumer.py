@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from pyrmq.common.errors import ClientError, RMQError
-from pyrmq.common.message import MessageExt, MessageQueue
+from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
 from pyrmq.common.results import PullStatus
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.subscription import MessageSelector, SubscriptionData, subscription_of
@@ -234,6 +234,9 @@ class PushConsumer(ConsumerBase):
         self.client.request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_notify
         self.client.request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset
         self.client.request_handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
+        self.client.request_handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = (
+            self._on_consume_directly
+        )
         await self.client.start()
         if self.enable_msg_trace:
             self.tracer = TraceDispatcher(
@@ -386,6 +389,29 @@ class PushConsumer(ConsumerBase):
             },
         }
         return cmd.response(ResponseCode.SUCCESS, body=json.dumps(info).encode())
+
+    def _on_consume_directly(self, cmd: RemotingCommand) -> object:
+        """CONSUME_MESSAGE_DIRECTLY (309), forwarded by a broker for an admin
+        tool: the body is one stored message; the listener consumes it and
+        the answer is ConsumeMessageDirectlyResult."""
+        if cmd.ext_fields.get("consumerGroup") not in (None, self.consumer_group):
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark="The Consumer Group not exist in this consumer"
+            )
+        try:
+            (msg,) = decode_messages(cmd.body, cmd.ext_fields.get("brokerName", ""))
+        except (ValueError, RMQError) as e:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark=f"not one message in the request body: {e}"
+            )
+
+        async def consume() -> RemotingCommand:
+            result = await self.consume_service.consume_directly(
+                msg, cmd.ext_fields.get("brokerName", "")
+            )
+            return cmd.response(ResponseCode.SUCCESS, body=json.dumps(result).encode())
+
+        return consume()
 
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Move the group's offsets (the broker's resetOffsetByTime): stop the

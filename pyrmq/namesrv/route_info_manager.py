@@ -246,6 +246,24 @@ class RouteInfoManager:
     def all_topics(self) -> list[str]:
         return sorted(self.topic_queue_table)
 
+    def topics_by_cluster(self, cluster: str) -> list[str] | None:
+        """Topics with queues on a broker of the cluster (None: no such cluster)."""
+        names = self.cluster_addr_table.get(cluster)
+        if names is None:
+            return None
+        return sorted(t for t, qds in self.topic_queue_table.items() if names & qds.keys())
+
+    def system_topics(self) -> tuple[list[str], str]:
+        """RocketMQ's "system topics" of the name server: every cluster name
+        and broker name (each broker has a topic of its name, each cluster
+        one of its), and the address of one master (or "")."""
+        topics = set(self.cluster_addr_table)
+        addr = ""
+        for name, bd in sorted(self.broker_addr_table.items()):
+            topics.add(name)
+            addr = addr or bd.broker_addrs.get(0, "") or next(iter(bd.broker_addrs.values()), "")
+        return sorted(topics), addr
+
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)
 

@@ -55,6 +55,8 @@ class NameServer:
         s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
         s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._topic_list)
         s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
+        s.register(RequestCode.GET_TOPICS_BY_CLUSTER, self._topics_by_cluster)
+        s.register(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, self._system_topics)
         s.register(RequestCode.PUT_KV_CONFIG, self._put_kv)
         s.register(RequestCode.GET_KV_CONFIG, self._get_kv)
         s.register(RequestCode.DELETE_KV_CONFIG, self._delete_kv)
@@ -189,6 +191,32 @@ class NameServer:
         return cmd.response(
             ResponseCode.SUCCESS, body=_json({"topicList": self.routes.all_topics()})
         )
+
+    def _topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_TOPICS_BY_CLUSTER (224), header cluster: TopicList of the
+        topics with a queue on any broker of the cluster."""
+        cluster = cmd.ext_fields.get("cluster") or ""
+        if not cluster:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, remark="request code 224 lacks header field cluster"
+            )
+        topics = self.routes.topics_by_cluster(cluster)
+        if topics is None:
+            known = ", ".join(sorted(self.routes.cluster_addr_table)) or "none"
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"cluster [{cluster}] is not registered (known: {known})",
+            )
+        return cmd.response(ResponseCode.SUCCESS, body=_json({"topicList": topics}))
+
+    def _system_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS (304): TopicList of the cluster and
+        broker names, with one master's address (brokerAddr)."""
+        topics, addr = self.routes.system_topics()
+        body: dict[str, Any] = {"topicList": topics}
+        if addr:
+            body["brokerAddr"] = addr
+        return cmd.response(ResponseCode.SUCCESS, body=_json(body))
 
     def _delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.routes.delete_topic(cmd.ext_fields.get("topic", ""))

@@ -307,6 +307,32 @@ class MessageStore:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
 
+    def put_copy(
+        self,
+        m: dict[str, Any],
+        topic: str,
+        queue_id: int,
+        properties: dict[str, str],
+        reconsume_times: int,
+        sysflag: int | None = None,
+    ) -> rmqcore.AppendResult:
+        """Store again a message read back from the CommitLog (a decoded
+        record, look_message_by_offset) under a new topic/queue and
+        properties: body, flag, sysflag (unless given), born time and born
+        host kept (delay delivery, send-back, DLQ, a transaction's
+        check-back copy, commit and give-up)."""
+        return self.put_message_nowait(
+            topic,
+            queue_id,
+            m["body"],
+            rmqcore.encode_properties(properties),
+            flag=m["flag"],
+            sysflag=m["sys_flag"] if sysflag is None else sysflag,
+            born_timestamp=m["born_timestamp"],
+            born_host=m["born_host"],
+            reconsume_times=reconsume_times,
+        )
+
     def put_messages_nowait(
         self,
         topic: str,

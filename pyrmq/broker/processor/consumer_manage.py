@@ -13,6 +13,7 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, int_field, queue_id_field
+from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.common.subscription import SubscriptionData
@@ -76,6 +77,9 @@ class ConsumerManageProcessor:
         self.retry_queue_nums = retry_queue_nums
         self.publish_topics = publish_topics
         self.enable_property_filter = enable_property_filter
+        #: consumer groups: a heartbeat creates %RETRY%<group> with the
+        #: group's retryQueueNums (None: retry_queue_nums)
+        self.groups: SubscriptionGroupManager | None = None
 
     def heart_beat(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
         data = _json_body(cmd, "HEART_BEAT")
@@ -89,12 +93,14 @@ class ConsumerManageProcessor:
             if not isinstance(c, dict) or not c.get("groupName"):
                 continue
             info = self.consumers.register(conn, client_id, cmd.language, cmd.version, c)
-            if info.message_model == "CLUSTERING" and self.retry_queue_nums > 0:
+            retry_queues = self.retry_queue_nums
+            if self.groups is not None:
+                sgc = self.groups.find(info.group)
+                retry_queues = sgc.retry_queue_nums if sgc is not None else 0
+            if info.message_model == "CLUSTERING" and retry_queues > 0:
                 rt = retry_topic(info.group)
                 created |= rt not in self.topics.table
-                self.topics.create_system_group_topic(
-                    rt, self.retry_queue_nums, PERM_READ | PERM_WRITE
-                )
+                self.topics.create_system_group_topic(rt, retry_queues, PERM_READ | PERM_WRITE)
         for p in _list(data, "producerDataSet", "HEART_BEAT"):
             if isinstance(p, dict) and p.get("groupName"):
                 self.producers.register(

@@ -20,11 +20,14 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import header_int, header_str
+from pyrmq.broker.stats import BrokerStatsManager
+from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import (
     BrokerError,
     BrokerSystemError,
     NoPermissionError,
+    SubscriptionGroupNotExistError,
     SubscriptionNotExistError,
     TopicNotExistError,
 )
@@ -172,6 +175,11 @@ class PullMessageProcessor:
         #: consumer that had read it would skip the record that takes its
         #: queue offset on the new master. None: no limit.
         self.confirm_limit: Callable[[], int] | None = None
+        #: per-group counters (statsAll); set by the broker
+        self.stats: BrokerStatsManager | None = None
+        #: consumer groups (consumeEnable; autoCreateSubscriptionGroup);
+        #: None: every group may pull
+        self.groups: SubscriptionGroupManager | None = None
         #: (topic, queue_id) -> held pulls
         self._held: dict[tuple[str, int], list[PullRequest]] = {}
         self._to_wake: set[tuple[str, int]] = set()
@@ -208,6 +216,15 @@ class PullMessageProcessor:
         suspend_ms = header_int(f, "suspendTimeoutMillis", 0)
         if not self.broker_permission & 4:
             raise NoPermissionError("the broker does not allow reads now")
+        if self.groups is not None:
+            sgc = self.groups.find(group)
+            if sgc is None:
+                raise SubscriptionGroupNotExistError(
+                    f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup "
+                    "is off: create it with updateSubGroup)"
+                )
+            if not sgc.consume_enable:
+                raise NoPermissionError(f"subscription group no permission, {group}")
         tc = self.topics.get(topic)
         if tc is None:
             raise TopicNotExistError(f"topic[{topic}] not exist, apply first please!")
@@ -295,6 +312,10 @@ class PullMessageProcessor:
             return True
         resp = cmd.response(ResponseCode.SUCCESS, ext)
         total = r.total_bytes
+        if self.stats is not None:
+            self.stats.inc_group_get(
+                cmd.ext_fields.get("consumerGroup", ""), req.topic, len(r.ranges), total
+            )
         # over TLS the bytes must pass through the cipher: one gathered copy
         if total >= self.sendfile_min_bytes and not conn.tls and conn.attrs.get("sendfile", True):
             ranges = coalesce_ranges(r.ranges)

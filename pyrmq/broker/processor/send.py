@@ -20,7 +20,8 @@ import rmqcore
 from pyrmq.broker.dedup import DuplicateDetector, batch_properties
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
-from pyrmq.broker.schedule import put_copy
+from pyrmq.broker.stats import BrokerStatsManager
+from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 from pyrmq.broker.transaction.service import TransactionalMessageService
 from pyrmq.common.errors import (
@@ -31,6 +32,7 @@ from pyrmq.common.errors import (
     NoPermissionError,
     ServiceNotAvailableError,
     StoreError,
+    SubscriptionGroupNotExistError,
     SystemBusyError,
 )
 from pyrmq.common.topics import (
@@ -154,6 +156,15 @@ class SendMessageProcessor:
         self.busy_refusals = 0
         #: oneway sends taken while the disk lagged, their connection held
         self.oneway_holds = 0
+        #: per-topic counters (statsAll); set by the broker
+        self.stats: BrokerStatsManager | None = None
+        #: consumer groups' retry settings (retryQueueNums, retryMaxTimes);
+        #: None: the broker-wide defaults above
+        self.groups: SubscriptionGroupManager | None = None
+
+    def _retry_queue_nums(self, group: str) -> int:
+        sgc = self.groups.find(group) if self.groups is not None else None
+        return max(1, sgc.retry_queue_nums) if sgc is not None else self.retry_queue_nums
 
     def set_role(self, broker_role: str, ha: HAService | None) -> None:
         """Controller mode: this broker became master (its HAService says
@@ -225,9 +236,11 @@ class SendMessageProcessor:
             )
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
+                group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+                sgc = self.groups.find(group) if self.groups is not None else None
+                default_max = sgc.retry_max_times if sgc is not None else self.max_reconsume_times
+                max_times = _int(f, "maxReconsumeTimes", default_max)
                 if reconsume >= max_times:
-                    group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
                     dlq = self._ensure_dlq(group)
                     topic, queue_id = dlq.topic_name, random.randrange(dlq.write_queue_nums)
             # the answer names the queue the client sent to, as Java's does,
@@ -252,6 +265,8 @@ class SendMessageProcessor:
             )
             if self.dedup is not None:
                 self.dedup.remember(topic, props, r)
+        if self.stats is not None:
+            self.stats.inc_topic_put(topic, 1, r.wrote_bytes)
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
     def _send_half(
@@ -449,7 +464,9 @@ class SendMessageProcessor:
         if tc is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc = self.topics.create_system_group_topic(
-                    topic, self.retry_queue_nums, PERM_READ | PERM_WRITE
+                    topic,
+                    self._retry_queue_nums(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]),
+                    PERM_READ | PERM_WRITE,
                 )
             else:
                 tc = self.topics.create_in_send(
@@ -549,6 +566,8 @@ class SendMessageProcessor:
             )
         if self.dedup is not None and first_props is not None:
             self.dedup.remember(topic, first_props, r)
+        if self.stats is not None:
+            self.stats.inc_topic_put(topic, r.count, r.wrote_bytes)
         ids = self.store.core.offset_msg_ids(r.store_host, r.phys_offset, r.wrote_bytes)
         return self._answer(conn, cmd, r, ids, queue_id, props)
 
@@ -590,13 +609,22 @@ class SendMessageProcessor:
             raise MessageIllegalError("CONSUMER_SEND_MSG_BACK lacks group")
         offset = _int(f, "offset")
         delay_level = _int(f, "delayLevel", 0)
-        max_times = self.max_reconsume_times
+        max_times, retry_queues = self.max_reconsume_times, self.retry_queue_nums
+        if self.groups is not None:
+            sgc = self.groups.find(group)
+            if sgc is None:
+                raise SubscriptionGroupNotExistError(
+                    f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup "
+                    "is off: create it with updateSubGroup)"
+                )
+            max_times, retry_queues = sgc.retry_max_times, sgc.retry_queue_nums
         if cmd.version >= 121 and f.get("maxReconsumeTimes"):
             max_times = _int(f, "maxReconsumeTimes")
-        if self.retry_queue_nums <= 0:
+        if retry_queues <= 0:
+            # the group takes no retries: the message is dropped, as RocketMQ does
             return cmd.response(ResponseCode.SUCCESS)
         rtopic = self.topics.create_system_group_topic(
-            retry_topic(group), self.retry_queue_nums, PERM_READ | PERM_WRITE
+            retry_topic(group), retry_queues, PERM_READ | PERM_WRITE
         )
         try:
             msg = self.store.look_message_by_offset(offset)
@@ -625,7 +653,9 @@ class SendMessageProcessor:
             props["REAL_QID"] = str(queue_id)
             topic, queue_id = SCHEDULE_TOPIC, level - 1
         with _STORE_ERRORS:
-            put_copy(self.store, msg, topic, queue_id, props, reconsume + 1)
+            self.store.put_copy(msg, topic, queue_id, props, reconsume + 1)
+        if self.stats is not None:
+            self.stats.inc_send_back(group, msg["topic"])
         return cmd.response(ResponseCode.SUCCESS)
 
 

@@ -45,7 +45,6 @@ from typing import Any
 
 import rmqcore
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
-from pyrmq.broker.schedule import put_copy
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.common.errors import BrokerSystemError, MessageIllegalError
 from pyrmq.common.message import (
@@ -346,7 +345,7 @@ class TransactionalMessageService:
         props = rmqcore.decode_properties(m["properties"])
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(h.check_times + 1)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(h.origin)
-        r = put_copy(self.store, m, TRANS_HALF_TOPIC, 0, props, m["reconsume_times"])
+        r = self.store.put_copy(m, TRANS_HALF_TOPIC, 0, props, m["reconsume_times"])
         h.queue_offset = r.queue_offset
         h.commit_log_offset = r.phys_offset
         h.size = r.wrote_bytes
@@ -458,7 +457,7 @@ class TransactionalMessageService:
             props.pop(k, None)
         props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(h.origin)
         sysflag = (m["sys_flag"] & ~_TX_MASK) | TRANSACTION_COMMIT_TYPE
-        put_copy(self.store, m, h.real_topic, h.real_queue_id, props, m["reconsume_times"], sysflag)
+        self.store.put_copy(m, h.real_topic, h.real_queue_id, props, m["reconsume_times"], sysflag)
 
     def _resolve(self, h: HalfMessage) -> None:
         """The op record: h is done."""
@@ -473,7 +472,7 @@ class TransactionalMessageService:
         self.topics.create_system_group_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
         m = self.store.look_message_by_offset(h.commit_log_offset)
         props = rmqcore.decode_properties(m["properties"])
-        put_copy(self.store, m, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, m["reconsume_times"])
+        self.store.put_copy(m, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, m["reconsume_times"])
         self._resolve(h)
         self.discarded += 1
         log.warning(
