@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pyrmq.admin.cli import fmt_time, parse_timestamp
+from pyrmq.admin.cli_common import fmt_time, parse_timestamp
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import (
     BrokerError,
