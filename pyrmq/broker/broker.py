@@ -29,7 +29,12 @@ from pyrmq.broker.processor.send import SendMessageProcessor
 from pyrmq.broker.registration import BrokerOuterAPI
 from pyrmq.broker.runtime_config import BrokerRuntimeConfig
 from pyrmq.broker.schedule import ScheduleMessageService
-from pyrmq.broker.stats import SAMPLE_INTERVAL, BrokerStatsManager
+from pyrmq.broker.stats import (
+    BROKER_GET_NUMS,
+    BROKER_PUT_NUMS,
+    SAMPLE_INTERVAL,
+    BrokerStatsManager,
+)
 from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.broker.transaction import (
@@ -48,6 +53,7 @@ from pyrmq.remoting import (
 )
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore, MessageStoreConfig
+from pyrmq.storage.clean import disk_used_ratio
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -595,6 +601,14 @@ class Broker:
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
+            # RocketMQ's keys, as mqadmin brokerStatus and the dashboards
+            # read them: messages stored and pulled per second over 10 s,
+            # 60 s and 600 s; the used fraction of the CommitLog's disk
+            "putTps": self.stats.tps_text(BROKER_PUT_NUMS, self.config.broker_cluster_name),
+            "getTransferedTps": self.stats.tps_text(
+                BROKER_GET_NUMS, self.config.broker_cluster_name
+            ),
+            "commitLogDiskRatio": f"{disk_used_ratio(store.config.store_path_root_dir):.4f}",
             **self.roles.status(),
         }
 

@@ -141,5 +141,22 @@ class BrokerStatsManager:
         """The minute window's tps (topicPutTps, consumeTps)."""
         return float(self.window(name, key, "minute")["tps"])
 
+    def recent_tps(self, name: str, key: str, seconds: float) -> float:
+        """Per second over about the last `seconds` (at the sampling's
+        resolution: 10 s up to a minute, a minute up to an hour)."""
+        ring = self._rings["minute" if seconds <= 60 else "hour"]
+        now = self._clock()
+        c = self.counters.get((name, key), [0, 0])
+        base_t, base = ring[-1]
+        for t, snap in ring:  # the oldest snapshot inside the span
+            if now - t <= seconds + SAMPLE_INTERVAL / 2:
+                base_t, base = t, snap
+                break
+        return (c[0] - base.get((name, key), (0, 0))[0]) / max(now - base_t, 1.0)
+
+    def tps_text(self, name: str, key: str) -> str:
+        """RocketMQ's runtime-info form: over 10 s, 60 s and 600 s."""
+        return " ".join(f"{self.recent_tps(name, key, s):.2f}" for s in (10, 60, 600))
+
 
 __all__ = ["STATS_NAMES", "BrokerStatsManager"]

@@ -81,7 +81,16 @@ def test_api_topics_cluster_and_status(arun, tmp_path):
             )
             assert int(b.runtime["commitLogMaxOffset"]) > 0 and b.error is None
             assert cl.clusters == {"DefaultCluster": ["broker-a"]}
-            assert (await admin.broker_status(c.broker_addr))["brokerVersionDesc"] == "pyrmq"
+            status = await admin.broker_status(c.broker_addr)
+            assert status["brokerVersionDesc"] == "pyrmq"
+            # RocketMQ's keys: stored per second over 10 s, 60 s, 600 s (the
+            # 6 sends above, once the stats are sampled), the disk's use
+            c.broker.stats.sample()
+            status = await admin.broker_status(c.broker_addr)
+            put = [float(x) for x in status["putTps"].split()]
+            assert len(put) == 3 and all(x >= 0 for x in put) and max(put) > 0, put
+            assert len(status["getTransferedTps"].split()) == 3
+            assert 0.0 < float(status["commitLogDiskRatio"]) <= 1.0
             # cluster-wide create, then delete
             await admin.create_topic("ApiT2", 2, 2, cluster="DefaultCluster")
             await admin.topic_route("ApiT2")
