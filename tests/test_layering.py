@@ -14,9 +14,17 @@ ALLOWED = {
     "pyrmq.common": set(),
     "pyrmq.storage": {"pyrmq.common"},
     "pyrmq.remoting": {"pyrmq.common"},
-    "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
+    # metrics (STYLE.md section 10): the servers hand it their numbers
+    "pyrmq.metrics": {"pyrmq.common"},
+    "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting", "pyrmq.metrics"},
     # a broker in controller mode talks to the controllers (their client)
-    "pyrmq.broker": {"pyrmq.common", "pyrmq.remoting", "pyrmq.storage", "pyrmq.controller"},
+    "pyrmq.broker": {
+        "pyrmq.common",
+        "pyrmq.remoting",
+        "pyrmq.storage",
+        "pyrmq.controller",
+        "pyrmq.metrics",
+    },
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting"},
     # the controller: remoting, common and pysyncobj; never storage or broker
     "pyrmq.controller": {"pyrmq.common", "pyrmq.remoting"},

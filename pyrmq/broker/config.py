@@ -13,6 +13,7 @@ from typing import Any
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
+from pyrmq.metrics.config import DEFAULT_LABEL_VALUE_LIMIT, DEFAULT_PROM_PORT, MetricsConfig
 from pyrmq.storage.config import MessageStoreConfig
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -143,11 +144,20 @@ class BrokerConfig:
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
     #: which makes a new UNIQ_KEY for every attempt)
     duplicate_detection_key: str = "UNIQ_KEY"
+    #: metrics (RocketMQ 5's keys; docs/METRICS.md): DISABLE (no port
+    #: opened) or PROM (a Prometheus endpoint on host:port, port 0: any)
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = DEFAULT_PROM_PORT
+    #: pyrmq: distinct topic (topic+group) label values per metric; the
+    #: rest are counted under _other
+    metrics_label_value_limit: int = DEFAULT_LABEL_VALUE_LIMIT
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
 
     def __post_init__(self) -> None:
+        self.metrics_config  # noqa: B018  (validates the metrics keys)
         if self.duplicate_detection_key not in ("UNIQ_KEY", "KEYS"):
             raise ClientError(
                 f"duplicateDetectionKey={self.duplicate_detection_key!r}: expected UNIQ_KEY or KEYS"
@@ -203,6 +213,15 @@ class BrokerConfig:
                     f"brokerIP1 {self.broker_ip1!r} must be a dotted IPv4 address "
                     "(clients reach the broker by it; RocketMQ's C++ client needs IPv4)"
                 ) from None
+
+    @property
+    def metrics_config(self) -> MetricsConfig:
+        return MetricsConfig(
+            self.metrics_exporter_type,
+            self.metrics_prom_exporter_host,
+            self.metrics_prom_exporter_port,
+            self.metrics_label_value_limit,
+        )
 
     @property
     def ha_port(self) -> int:

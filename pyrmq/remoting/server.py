@@ -8,13 +8,20 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from pyrmq.common.errors import BrokerError
 from pyrmq.remoting.codes import ResponseCode
-from pyrmq.remoting.command import MAX_FRAME, RemotingCommand
+from pyrmq.remoting.command import FLAG_ONEWAY, MAX_FRAME, RemotingCommand
 from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
 
 log = logging.getLogger("pyrmq.remoting")
+
+#: rpc_observer(request_code, response_code, result, microseconds); result is
+#: "success" (answered, whatever its code), "oneway", "deferred" (the
+#: processor answers later by itself: response_code -1, the handler's time)
+#: or "process_request_failed" (an unexpected exception: SYSTEM_ERROR)
+RpcObserver = Callable[[int, int, str, int], None]
 
 
 class RemotingServer:
@@ -47,6 +54,8 @@ class RemotingServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._hooks: list[Callable[[Connection, RemotingCommand], None]] = []
+        #: metrics: told of every request handled (None: nothing measured)
+        self.rpc_observer: RpcObserver | None = None
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -70,7 +79,10 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f"request code {cmd.code} not supported",
             )
-        return processor(conn, cmd)
+        observe = self.rpc_observer
+        if observe is None:
+            return processor(conn, cmd)
+        return _observed(processor, observe, conn, cmd)
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -128,3 +140,56 @@ class RemotingServer:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
+
+
+def _observed(
+    processor: RequestHandler, observe: RpcObserver, conn: Connection, cmd: RemotingCommand
+) -> HandlerResult:
+    """processor(conn, cmd), its time and outcome told to observe."""
+    start = time.perf_counter_ns()
+    code = cmd.code
+    try:
+        result = processor(conn, cmd)
+    except BrokerError as e:
+        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
+        raise
+    except Exception:
+        observe(
+            code,
+            int(ResponseCode.SYSTEM_ERROR),
+            "process_request_failed",
+            (time.perf_counter_ns() - start) // 1000,
+        )
+        raise
+    if isinstance(result, RemotingCommand):
+        how = "oneway" if cmd.flag & FLAG_ONEWAY else "success"
+        observe(code, result.code, how, (time.perf_counter_ns() - start) // 1000)
+        return result
+    if result is None:
+        how = "oneway" if cmd.flag & FLAG_ONEWAY else "deferred"
+        observe(code, -1, how, (time.perf_counter_ns() - start) // 1000)
+        return None
+    return _observed_later(result, observe, code, start)
+
+
+async def _observed_later(
+    pending: Awaitable[RemotingCommand | None], observe: RpcObserver, code: int, start: int
+) -> RemotingCommand | None:
+    try:
+        result = await pending
+    except BrokerError as e:
+        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        observe(
+            code,
+            int(ResponseCode.SYSTEM_ERROR),
+            "process_request_failed",
+            (time.perf_counter_ns() - start) // 1000,
+        )
+        raise
+    response = -1 if result is None else result.code
+    observe(code, response, "success", (time.perf_counter_ns() - start) // 1000)
+    return result

@@ -43,6 +43,7 @@ from pyrmq.common.topics import (
     is_system_topic,
     retry_topic,
 )
+from pyrmq.metrics import BrokerTallies
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.command import FLAG_ONEWAY
@@ -154,6 +155,8 @@ class SendMessageProcessor:
         self.busy_refusals = 0
         #: oneway sends taken while the disk lagged, their connection held
         self.oneway_holds = 0
+        #: metrics on: messages in are counted here (plain integers)
+        self.tallies: BrokerTallies | None = None
 
     def set_role(self, broker_role: str, ha: HAService | None) -> None:
         """Controller mode: this broker became master (its HAService says
@@ -223,6 +226,7 @@ class SendMessageProcessor:
             return self._send_half(
                 conn, cmd, f, topic, queue_id, sysflag, born_ts, props, user_flag, reconsume
             )
+        sent_topic, message_type = topic, "normal"
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 max_times = _int(f, "maxReconsumeTimes", self.max_reconsume_times)
@@ -235,6 +239,7 @@ class SendMessageProcessor:
             reply_queue_id = queue_id
             if "DELAY\x01" in props and not sysflag & _TX_MASK:
                 topic, queue_id, props = self._scheduled(topic, queue_id, props)
+                message_type = "delay"
             if self.dedup is not None:
                 first = self.dedup.stored(topic, props)
                 if first is not None:
@@ -252,6 +257,9 @@ class SendMessageProcessor:
             )
             if self.dedup is not None:
                 self.dedup.remember(topic, props, r)
+        tallies = self.tallies
+        if tallies is not None:
+            tallies.sent(sent_topic, message_type, 1, len(body))
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
     def _send_half(
@@ -298,6 +306,8 @@ class SendMessageProcessor:
                 born_host=born_host_of(conn),
                 reconsume_times=reconsume,
             )
+        if self.tallies is not None:
+            self.tallies.sent(topic, "transaction", 1, len(cmd.body))
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
     def _answer_stored(
@@ -549,6 +559,8 @@ class SendMessageProcessor:
             )
         if self.dedup is not None and first_props is not None:
             self.dedup.remember(topic, first_props, r)
+        if self.tallies is not None:
+            self.tallies.sent(topic, "normal", r.count, len(body))
         ids = self.store.core.offset_msg_ids(r.store_host, r.phys_offset, r.wrote_bytes)
         return self._answer(conn, cmd, r, ids, queue_id, props)
 
