@@ -50,9 +50,10 @@ def _system_group(group: str) -> bool:
 
 
 class _Lag:
-    __slots__ = ("inflight", "latency_ms", "messages", "ready")
+    __slots__ = ("committed", "inflight", "latency_ms", "messages", "ready")
 
     def __init__(self) -> None:
+        self.committed = 0
         self.messages = 0
         self.inflight = 0
         self.ready = 0
@@ -169,6 +170,7 @@ class BrokerMetrics:
                 if top <= 0:
                     continue
                 committed = max(committed, 0)
+                lag.committed += committed
                 behind = max(0, top - committed)
                 lag.messages += behind
                 p = pulled.get((group, topic, qid))
@@ -197,17 +199,19 @@ class BrokerMetrics:
             "rocketmq_consumer_inflight_messages",
             "rocketmq_consumer_ready_messages",
             "rocketmq_consumer_lag_latency",
+            "pyrmq_consumer_offset",
         )
-        f_lag, f_inflight, f_ready, f_latency = (Family.of(n) for n in names)
+        f_lag, f_inflight, f_ready, f_latency, f_offset = (Family.of(n) for n in names)
         for (topic, group), lag in lags.items():
             labels = self._group_labels(topic, group)
             f_lag.add(labels, lag.messages)
             f_inflight.add(labels, lag.inflight)
             f_ready.add(labels, lag.ready)
             f_latency.add(labels, lag.latency_ms)
+            f_offset.add(labels, lag.committed)
         f_cap = Family.of("pyrmq_metrics_label_values")
         f_cap.add(("rocketmq_consumer_lag_messages",), len(lags))
-        return [f_lag, f_inflight, f_ready, f_latency, f_cap]
+        return [f_lag, f_inflight, f_ready, f_latency, f_offset, f_cap]
 
     def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
         """Store timestamp (ms) of the message at offset in the queue; 0

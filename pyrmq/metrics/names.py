@@ -112,6 +112,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Messages not yet pulled (max offset - pull offset)",
     ),
     MetricSpec(
+        "pyrmq_consumer_offset",
+        "gauge",
+        _TOPIC,
+        "Committed offsets of the group summed over the topic's queues: it moves "
+        "when the group makes progress (alerts: a queue stuck)",
+    ),
+    MetricSpec(
         "rocketmq_producer_connections",
         "gauge",
         ("language", "version", "protocol_type"),
