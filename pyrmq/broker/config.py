@@ -13,7 +13,12 @@ from typing import Any
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
-from pyrmq.metrics.config import DEFAULT_LABEL_VALUE_LIMIT, DEFAULT_PROM_PORT, MetricsConfig
+from pyrmq.metrics.config import (
+    DEFAULT_LABEL_VALUE_LIMIT,
+    DEFAULT_PROM_PORT,
+    DEFAULT_RPC_LATENCY_SAMPLE_EVERY,
+    MetricsConfig,
+)
 from pyrmq.storage.config import MessageStoreConfig
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -152,6 +157,8 @@ class BrokerConfig:
     #: pyrmq: distinct topic (topic+group) label values per metric; the
     #: rest are counted under _other
     metrics_label_value_limit: int = DEFAULT_LABEL_VALUE_LIMIT
+    #: pyrmq: rocketmq_rpc_latency times one request in this many (1: all)
+    metrics_rpc_latency_sample_every: int = DEFAULT_RPC_LATENCY_SAMPLE_EVERY
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
@@ -221,6 +228,7 @@ class BrokerConfig:
             self.metrics_prom_exporter_host,
             self.metrics_prom_exporter_port,
             self.metrics_label_value_limit,
+            self.metrics_rpc_latency_sample_every,
         )
 
     @property

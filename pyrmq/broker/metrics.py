@@ -68,7 +68,7 @@ class BrokerMetrics:
         self.config = config
         self.limit = config.metrics_label_value_limit
         self.tallies = BrokerTallies(self.limit)
-        self.rpc = RpcTally()
+        self.rpc = RpcTally(config.metrics_rpc_latency_sample_every)
         cfg = broker.config
         self.exporter = PromExporter(
             config.metrics_prom_exporter_host,
@@ -95,6 +95,7 @@ class BrokerMetrics:
         b.send_processor.tallies = self.tallies
         b.pull_processor.tallies = self.tallies
         if b.server is not None:
+            b.server.rpc_sample_every = self.rpc.sample_every
             b.server.rpc_observer = self.rpc.observe
         self._attached = True
 
@@ -118,11 +119,11 @@ class BrokerMetrics:
         f_in = Family.of("rocketmq_messages_in_total")
         f_tin = Family.of("rocketmq_throughput_in_total")
         f_size = Family.of("rocketmq_message_size")
-        for (topic, mtype), c in t.messages_in.snapshot():
+        for topic, mtype, c in t.in_snapshot():
             labels: tuple[str, ...] = (topic, mtype, _bool(is_system_topic(topic)))
             f_in.add(labels, c[0])
             f_tin.add(labels, c[1])
-            f_size.histogram.append(((topic, mtype), c[3:], float(c[2])))
+            f_size.histogram.append(((topic, mtype), c[2:], float(c[1])))
         f_out = Family.of("rocketmq_messages_out_total")
         f_tout = Family.of("rocketmq_throughput_out_total")
         for (topic, group), c in t.messages_out.snapshot():
@@ -130,10 +131,10 @@ class BrokerMetrics:
             f_out.add(labels, c[0])
             f_tout.add(labels, c[1])
         f_rpc = Family.of("rocketmq_rpc_latency")
-        for (req, resp, result), c in self.rpc.table.snapshot():
-            f_rpc.histogram.append((("remoting", str(req), str(resp), result), c[2:], c[1] / 1000))
+        for labels, c in self.rpc.snapshot():
+            f_rpc.histogram.append((("remoting", *labels), c[2:], c[1] / 1000))
         f_cap = Family.of("pyrmq_metrics_label_values")
-        f_cap.add(("rocketmq_messages_in_total",), len(t.messages_in.counts))
+        f_cap.add(("rocketmq_messages_in_total",), t.in_label_values())
         f_cap.add(("rocketmq_messages_out_total",), len(t.messages_out.counts))
         return [f_in, f_tin, f_size, f_out, f_tout, f_rpc, f_cap]
 

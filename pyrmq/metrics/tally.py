@@ -52,21 +52,27 @@ class Tally(Generic[K]):
 #: not seen yet have no inflight gauge
 MAX_PULL_OFFSETS = 100_000
 
-#: message-in slots: messages, bytes, size sum, then one per size bucket (+Inf last)
-IN_WIDTH = 3 + len(MESSAGE_SIZE_BUCKETS) + 1
+#: message-in slots: messages, bytes (also the size histogram's sum), then
+#: one per size bucket (+Inf last)
+IN_WIDTH = 2 + len(MESSAGE_SIZE_BUCKETS) + 1
 _SIZE_BOUNDS = MESSAGE_SIZE_BUCKETS
+_FIRST_BOUND = MESSAGE_SIZE_BUCKETS[0]
+MESSAGE_TYPES = ("normal", "delay", "transaction")
 
 
 class BrokerTallies:
-    """What the send and pull processors count. `sent(...)` and `pulled(...)`
-    are the only calls on the hot paths."""
-
-    MESSAGE_TYPES = ("normal", "delay", "transaction")
+    """What the send and pull processors count. `sent(...)`, `pulled(...)`
+    and `pulled_to(...)` are the only calls on the hot paths: a dict lookup
+    by topic (no tuple made per message) and a few integer additions."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        #: (topic, message_type) -> [messages, bytes, size sum, buckets...]
-        self.messages_in: Tally[tuple[str, str]] = Tally(IN_WIDTH, limit, (OTHER, "normal"))
+        #: message_type -> topic -> [messages, bytes, size buckets...]; each
+        #: type holds at most `limit` topics
+        self.messages_in: dict[str, Tally[str]] = {
+            t: Tally(IN_WIDTH, limit, OTHER) for t in MESSAGE_TYPES
+        }
+        self._normal = self.messages_in["normal"]
         #: (topic, group) -> [messages, bytes]
         self.messages_out: Tally[tuple[str, str]] = Tally(2, limit, (OTHER, OTHER))
         #: (group, topic, queue_id) -> next offset the last pull asked from
@@ -75,13 +81,22 @@ class BrokerTallies:
         self.pull_offsets: dict[tuple[str, str, int], int] = {}
 
     def sent(self, topic: str, message_type: str, count: int, nbytes: int) -> None:
-        key = (topic, message_type)
-        c = self.messages_in.counts.get(key) or self.messages_in.slot(key)
+        t = self._normal if message_type == "normal" else self.messages_in[message_type]
+        c = t.counts.get(topic) or t.slot(topic)
         c[0] += count
         c[1] += nbytes
-        c[2] += nbytes
-        size = nbytes // count if count > 1 else nbytes
-        c[3 + bisect.bisect_left(_SIZE_BOUNDS, size)] += count
+        size = nbytes if count == 1 else nbytes // count
+        if size <= _FIRST_BOUND:
+            c[2] += count
+        else:
+            c[2 + bisect.bisect_left(_SIZE_BOUNDS, size)] += count
+
+    def in_snapshot(self) -> list[tuple[str, str, list[int]]]:
+        """(topic, message_type, slots) copies, for the exporter."""
+        return [(k, t, v) for t, tally in self.messages_in.items() for k, v in tally.snapshot()]
+
+    def in_label_values(self) -> int:
+        return sum(len(t.counts) for t in self.messages_in.values())
 
     def pulled(self, topic: str, group: str, count: int, nbytes: int) -> None:
         key = (topic, group)
@@ -105,22 +120,47 @@ class BrokerTallies:
 #: rpc slots: count, sum in microseconds, then one per latency bucket (+Inf last)
 RPC_WIDTH = 2 + len(RPC_LATENCY_BUCKETS_MS) + 1
 _RPC_BOUNDS_US = tuple(b * 1000 for b in RPC_LATENCY_BUCKETS_MS)
+_RPC_FIRST_US = _RPC_BOUNDS_US[0]
+RPC_RESULTS = ("success", "oneway", "deferred", "process_request_failed")
+_RESULT_INDEX = {r: i for i, r in enumerate(RPC_RESULTS)}
 
 
 class RpcTally:
-    """rocketmq_rpc_latency: (request_code, response_code, result) -> counts.
-    Request codes are the server's registered ones (bounded); response codes
-    are few."""
+    """rocketmq_rpc_latency: (request_code, response_code, result) -> counts,
+    keyed by one integer (no tuple per request). Request codes are the
+    server's registered ones, response codes are few: bounded anyway."""
 
-    def __init__(self, limit: int = 4096) -> None:
-        self.table: Tally[tuple[int, int, str]] = Tally(RPC_WIDTH, limit, (-1, -1, OTHER))
+    def __init__(self, sample_every: int = 1, limit: int = 4096) -> None:
+        self.table: Tally[int] = Tally(RPC_WIDTH, limit, -1)
+        #: the server times one request in this many (on average): each
+        #: observation stands for this many requests at export
+        self.sample_every = sample_every
 
     def observe(self, request_code: int, response_code: int, result: str, micros: int) -> None:
-        key = (request_code, response_code, result)
+        key = (request_code << 24) | ((response_code + 1) & 0xFFFF) << 4 | _RESULT_INDEX[result]
         c = self.table.counts.get(key) or self.table.slot(key)
         c[0] += 1
         c[1] += micros
-        c[2 + bisect.bisect_left(_RPC_BOUNDS_US, micros)] += 1
+        if micros <= _RPC_FIRST_US:
+            c[2] += 1
+        else:
+            c[2 + bisect.bisect_left(_RPC_BOUNDS_US, micros)] += 1
+
+    def snapshot(self) -> list[tuple[tuple[str, str, str], list[int]]]:
+        """((request_code, response_code, result) labels, slots) copies,
+        scaled to estimates of all requests when sampled."""
+        out = []
+        k = self.sample_every
+        for key, c in self.table.snapshot():
+            if k > 1:
+                c = [v * k for v in c]
+            if key == -1:
+                labels = (OTHER, OTHER, OTHER)
+            else:
+                response = ((key >> 4) & 0xFFFF) - 1
+                labels = (str(key >> 24), str(response), RPC_RESULTS[key & 0xF])
+            out.append((labels, c))
+        return out
 
 
 def cumulative(buckets: Sequence[int]) -> list[int]:

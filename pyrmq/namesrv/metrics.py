@@ -13,7 +13,7 @@ class NameServerMetrics:
         self, config: MetricsConfig, server: RemotingServer, routes: RouteInfoManager
     ) -> None:
         self.routes = routes
-        self.rpc = RpcTally()
+        self.rpc = RpcTally(config.metrics_rpc_latency_sample_every)
         self._server = server
         self.exporter = PromExporter(
             config.metrics_prom_exporter_host,
@@ -29,6 +29,7 @@ class NameServerMetrics:
 
     async def start(self) -> None:
         await self.exporter.start()
+        self._server.rpc_sample_every = self.rpc.sample_every
         self._server.rpc_observer = self.rpc.observe
 
     def node_known(self) -> None:
@@ -41,8 +42,8 @@ class NameServerMetrics:
 
     def collect(self) -> list[Family]:
         f_rpc = Family.of("rocketmq_rpc_latency")
-        for (req, resp, result), c in self.rpc.table.snapshot():
-            f_rpc.histogram.append((("remoting", str(req), str(resp), result), c[2:], c[1] / 1000))
+        for labels, c in self.rpc.snapshot():
+            f_rpc.histogram.append((("remoting", *labels), c[2:], c[1] / 1000))
         f_brokers = Family.of("pyrmq_namesrv_brokers")
         f_brokers.add((), len(self.routes.broker_live_table))
         f_topics = Family.of("pyrmq_namesrv_topics")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -54,8 +55,13 @@ class RemotingServer:
         self._idle_task: asyncio.Task[None] | None = None
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._hooks: list[Callable[[Connection, RemotingCommand], None]] = []
-        #: metrics: told of every request handled (None: nothing measured)
+        #: metrics: told of the requests handled (None: nothing measured).
+        #: One request in `rpc_sample_every` on average is timed and told, at
+        #: random gaps (no aliasing with a periodic request mix): timing every
+        #: request would cost the send path ~0.5 us a request.
         self.rpc_observer: RpcObserver | None = None
+        self.rpc_sample_every = 1
+        self._rpc_skip = 1
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -82,6 +88,11 @@ class RemotingServer:
         observe = self.rpc_observer
         if observe is None:
             return processor(conn, cmd)
+        self._rpc_skip -= 1
+        if self._rpc_skip > 0:
+            return processor(conn, cmd)
+        every = self.rpc_sample_every
+        self._rpc_skip = random.randint(1, 2 * every - 1) if every > 1 else 1
         return _observed(processor, observe, conn, cmd)
 
     def _closed(self, conn: Connection) -> None:

@@ -21,6 +21,8 @@ PROM = {
     "metricsExporterType": "PROM",
     "metricsPromExporterHost": "127.0.0.1",
     "metricsPromExporterPort": 0,
+    # time every request: the test counts them exactly (the default samples)
+    "metricsRpcLatencySampleEvery": 1,
 }
 SENT_A, SENT_B, MORE_B = 200, 120, 30
 BODY_A, BODY_B = b"a" * 100, b"b" * 2000

@@ -92,10 +92,12 @@ def test_taken_port_is_one_line(tmp_path: pathlib.Path) -> None:
 
 
 def test_name_server_endpoint(tmp_path: pathlib.Path) -> None:
+    ns_conf = tmp_path / "namesrv.conf"
+    ns_conf.write_text("metricsRpcLatencySampleEvery=1\n")  # time every request
     ns = ServerProcess(
         "namesrv",
         [
-            "namesrv", "--host", "127.0.0.1", "-p", "0",
+            "namesrv", "--host", "127.0.0.1", "-p", "0", "-c", str(ns_conf),
             "--kv-config", str(tmp_path / "kv.json"),
             "--metrics-exporter-type", "PROM",
             "--metrics-prom-exporter-host", "127.0.0.1",
