@@ -1,5 +1,6 @@
-"""What a send feature costs: plain sends beside transactional ones and
-beside sends to a broker with duplicateDetection, in one run.
+"""What a send feature costs: plain sends beside transactional ones, beside
+sends to a broker with duplicateDetection and to one with metrics on, in
+one run.
 
 Two ``pyrmq standalone`` (ASYNC_FLUSH, fresh stores): "plain" with the
 defaults, "dedup" with ``duplicateDetection=true``; ``pyrmq bench
@@ -14,7 +15,9 @@ noisy moment on a shared machine hurts every case alike):
 - ``sync`` and ``async`` with message trace on (``--trace``: a Pub record
   per send, written by the producer's trace dispatcher to
   RMQ_SYS_TRACE_TOPIC, auto-created; its messages are not counted);
-- the same ``sync`` and ``async`` against the dedup broker.
+- the same ``sync`` and ``async`` against the dedup broker;
+- the same against a broker with ``metricsExporterType=PROM``, its endpoint
+  scraped every second meanwhile (Prometheus' default is every 15 s).
 
 Per case: the median over the rounds of messages/s and of the RT
 percentiles; the ratio to its plain twin, taken round by round (every
@@ -38,11 +41,14 @@ import json
 import os
 import pathlib
 import resource
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from typing import Any
 
 from bench import broker_load as bl
@@ -58,6 +64,8 @@ CASES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "traced_async": ("plain", "async", "async", ("--trace",)),
     "dedup_sync": ("dedup", "sync", "sync", ()),
     "dedup_async": ("dedup", "async", "async", ()),
+    "metrics_sync": ("metrics", "sync", "sync", ()),
+    "metrics_async": ("metrics", "async", "async", ()),
 }
 LABELS = {
     "sync": "plain send, awaited",
@@ -67,8 +75,48 @@ LABELS = {
     "async": "plain send, pipelined",
     "dedup_sync": "duplicateDetection, awaited",
     "dedup_async": "duplicateDetection, pipelined",
+    "metrics_sync": "metrics on (scraped 1/s), awaited",
+    "metrics_async": "metrics on (scraped 1/s), pipelined",
 }
-BROKERS = {"plain": {}, "dedup": {"duplicateDetection": "true"}}
+BROKERS: dict[str, dict[str, object]] = {
+    "plain": {},
+    "dedup": {"duplicateDetection": "true"},
+    "metrics": {"metricsExporterType": "PROM", "metricsPromExporterHost": "127.0.0.1"},
+}
+#: seconds between two scrapes of the metrics broker during the run
+SCRAPE_INTERVAL = 1.0
+
+
+class Scraper:
+    """GET /metrics every SCRAPE_INTERVAL s on a thread of this process
+    (the broker pays for the scrapes, as it would in production)."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.scrapes = 0
+        self.bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCRAPE_INTERVAL):
+            with urllib.request.urlopen(self.url, timeout=10) as r:
+                self.bytes = len(r.read())
+            self.scrapes += 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def produce(
@@ -105,12 +153,18 @@ def run(
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in chosen}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         srvs = {}
+        scraper = None
         for name, conf in BROKERS.items():
             if not any(CASES[c][0] == name for c in chosen):
                 continue
+            if name == "metrics":
+                port = free_port()
+                conf = {**conf, "metricsPromExporterPort": port}
             path = pathlib.Path(d) / f"{name}.conf"
             path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
             srvs[name] = stack.enter_context(bl.standalone(d, extra=("-c", str(path))))
+            if name == "metrics":
+                scraper = stack.enter_context(Scraper(port))
             bl.create_topic(srvs[name].broker, TOPIC, QUEUES)
             bl.wait_route(srvs[name].namesrv, TOPIC)
         for n in range(rounds):
@@ -132,6 +186,9 @@ def run(
         while any(stored(srvs[b]) < acked[b] for b in srvs) and time.monotonic() < deadline:
             time.sleep(0.2)
         in_topic = {b: stored(srvs[b]) for b in srvs}
+        scrapes = (scraper.scrapes, scraper.bytes) if scraper is not None else (0, 0)
+    if scraper is not None and scrapes[0] == 0:
+        raise RuntimeError("the metrics broker was never scraped")
     if in_topic != acked:
         raise RuntimeError(f"acknowledged {acked}, in the topics {in_topic}")
     rows = {}
@@ -160,6 +217,7 @@ def run(
         )
     result = {"seconds": seconds, "rounds": rounds, "body": body,
               "acked": sum(acked.values()), "in_topic": sum(in_topic.values()),
+              "scrapes": scrapes[0], "scrape_bytes": scrapes[1],
               "cases": rows}  # fmt: skip
     (out / "send_features.json").write_text(json.dumps(result, indent=2))
     print(render(result))
@@ -172,7 +230,12 @@ def render(result: dict[str, Any]) -> str:
         f"{result['seconds']:.0f} s x {result['rounds']} rounds per case, every other round "
         "in reverse order (medians; vs plain twin: the median of the rounds' ratios); "
         f"{result['acked']:,} acknowledged, "
-        f"{result['in_topic']:,} in the topic",
+        f"{result['in_topic']:,} in the topic"
+        + (
+            f"; metrics scraped {result['scrapes']} times ({result['scrape_bytes']:,} B)"
+            if result.get("scrapes")
+            else ""
+        ),
         "",
         "| case | msg/s | vs plain twin | RT p50 ms | RT p99 ms | client CPU µs/msg "
         "| broker CPU µs/msg | failures |",

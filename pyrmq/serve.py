@@ -19,6 +19,7 @@ from typing import Any
 from pyrmq.broker import Broker, load_broker_conf
 from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
+from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
 from pyrmq.remoting import TlsConfig
 
@@ -38,6 +39,23 @@ def add_arguments(sub: Any) -> None:
         "controller keys to serve a controller on the name server's port",
     )
     _add_tls_argument(ns)
+    ns.add_argument(
+        "--metrics-exporter-type",
+        choices=("DISABLE", "PROM"),
+        default=None,
+        help="PROM: a Prometheus endpoint (or metricsExporterType in -c; default DISABLE)",
+    )
+    ns.add_argument(
+        "--metrics-prom-exporter-host",
+        default=None,
+        help="address the metrics endpoint binds (metricsPromExporterHost; default all)",
+    )
+    ns.add_argument(
+        "--metrics-prom-exporter-port",
+        type=int,
+        default=None,
+        help="metrics endpoint port (metricsPromExporterPort; default 5557, 0: any free port)",
+    )
     ns.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
     ct = sub.add_parser(
@@ -119,6 +137,23 @@ def _ready(path: str | None, **info: Any) -> None:
         write_json_atomic(path, dict(info, pid=os.getpid()))
 
 
+def _namesrv_metrics(args: argparse.Namespace, props: dict[str, Any]) -> MetricsConfig:
+    """namesrv.conf's metrics keys, the command line's over them."""
+    flags = {
+        "metricsExporterType": args.metrics_exporter_type,
+        "metricsPromExporterHost": args.metrics_prom_exporter_host,
+        "metricsPromExporterPort": args.metrics_prom_exporter_port,
+    }
+    return MetricsConfig.from_properties(
+        {**props, **{k: v for k, v in flags.items() if v is not None}}
+    )
+
+
+def _metrics_info(metrics: Any) -> dict[str, str]:
+    """The ready file's "metrics": the endpoint's host:port, when on."""
+    return {"metrics": metrics.addr} if metrics is not None else {}
+
+
 async def run_namesrv(args: argparse.Namespace) -> int:
     props: dict[str, Any] = dict(read_properties(args.config)) if args.config else {}
     port = args.port if args.port is not None else int(props.get("listenPort", 9876))
@@ -126,16 +161,20 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     if str(props.get("enableControllerInNamesrv", "false")).strip().lower() == "true":
         ctl_cfg = ControllerConfig.from_properties(props)
     tls = _tls_config(props, args)
-    async with NameServer(args.host, port, kv_config_path=args.kv_config, tls=tls) as ns:
+    metrics = _namesrv_metrics(args, props)
+    async with NameServer(
+        args.host, port, kv_config_path=args.kv_config, tls=tls, metrics=metrics
+    ) as ns:
         addr = f"{args.host}:{ns.port}"
+        info = _metrics_info(ns.metrics)
         if ctl_cfg is None:
             log.info("NameServer ready: clients and brokers use %s", addr)
-            _ready(args.ready_file, namesrv=addr)
+            _ready(args.ready_file, namesrv=addr, **info)
             await _until_signalled()
             return 0
         async with Controller(ctl_cfg, server=ns.server) as ctl:
             log.info("NameServer ready on %s, with controller %s", addr, ctl.address)
-            _ready(args.ready_file, namesrv=addr, controller=ctl.address)
+            _ready(args.ready_file, namesrv=addr, controller=ctl.address, **info)
             await _until_signalled()
     return 0
 
@@ -154,7 +193,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
     async with Broker(bcfg, scfg, tls=tls) as broker:
-        _ready(args.ready_file, broker=broker.addr)
+        _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics))
         await _until_signalled()
     return 0
 
@@ -203,7 +242,8 @@ async def run_standalone(args: argparse.Namespace) -> int:
                 scfg.flush_disk_type.value,
                 namesrv,
             )
-            _ready(args.ready_file, namesrv=namesrv, broker=broker.addr)
+            info = _metrics_info(broker.metrics)
+            _ready(args.ready_file, namesrv=namesrv, broker=broker.addr, **info)
             await _until_signalled()
     return 0
 

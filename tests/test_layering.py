@@ -16,7 +16,9 @@ ALLOWED = {
     "pyrmq.acl": {"pyrmq.common"},
     "pyrmq.storage": {"pyrmq.common"},
     "pyrmq.remoting": {"pyrmq.common"},
-    "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting"},
+    # metrics (STYLE.md section 10): the servers hand it their numbers
+    "pyrmq.metrics": {"pyrmq.common"},
+    "pyrmq.namesrv": {"pyrmq.common", "pyrmq.remoting", "pyrmq.metrics"},
     # a broker in controller mode talks to the controllers (their client)
     "pyrmq.broker": {
         "pyrmq.common",
@@ -24,6 +26,7 @@ ALLOWED = {
         "pyrmq.storage",
         "pyrmq.controller",
         "pyrmq.acl",
+        "pyrmq.metrics",
     },
     "pyrmq.client": {"pyrmq.common", "pyrmq.remoting", "pyrmq.acl"},
     # the controller: remoting, common and pysyncobj; never storage or broker

@@ -18,6 +18,7 @@ from pyrmq.broker.dedup import DuplicateDetector
 from pyrmq.broker.ha.client import HAClient
 from pyrmq.broker.ha.roles import BrokerRoles
 from pyrmq.broker.ha.service import HAService
+from pyrmq.broker.metrics import BrokerMetrics
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
@@ -97,6 +98,8 @@ class Broker:
         self.roles = BrokerRoles(self)
         #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
         self.acl: PlainAccessValidator | None = None
+        #: the Prometheus endpoint (metricsExporterType=PROM), else None
+        self.metrics: BrokerMetrics | None = None
 
     @property
     def ha(self) -> HAService | None:
@@ -176,12 +179,17 @@ class Broker:
         sock = socket.create_server((cfg.listen_host, cfg.listen_port), backlog=1024)
         try:
             self.port = sock.getsockname()[1]
+            if cfg.metrics_config.enabled:
+                self.metrics = BrokerMetrics(self, cfg.metrics_config)
+                await self.metrics.listen()
             self._prepare_commit_log_path()
             self.store = store = MessageStore(self.store_config, store_host=(self.ip, self.port))
             await store.start()
             await self.roles.open(store)
         except BaseException:
             sock.close()
+            if self.metrics is not None:
+                await self.metrics.shutdown()
             if self.store is not None:
                 await self.store.shutdown()
             raise
@@ -380,6 +388,8 @@ class Broker:
             await self.schedule.start()
             await self.start_transactions()
         await server.start(sock=sock)
+        if self.metrics is not None:
+            self.metrics.attach()
         await self.topics.persist()
         log.info(
             "broker %s (%s) %s id %d listening on %s:%d; clients use %s; store %s (%s)",
@@ -609,6 +619,7 @@ class Broker:
                 BROKER_GET_NUMS, self.config.broker_cluster_name
             ),
             "commitLogDiskRatio": f"{disk_used_ratio(store.config.store_path_root_dir):.4f}",
+            "metricsPromExporterAddr": self.metrics.addr if self.metrics else "",
             **self.roles.status(),
         }
 
@@ -632,6 +643,8 @@ class Broker:
         await self.roles.close_ha_service()
         if self.server is not None:
             await self.server.shutdown()
+        if self.metrics is not None:
+            await self.metrics.shutdown()
         if hasattr(self, "schedule"):
             await self.schedule.shutdown()
             await self.transaction_check.shutdown()

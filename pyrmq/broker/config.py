@@ -13,6 +13,12 @@ from typing import Any
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
+from pyrmq.metrics.config import (
+    DEFAULT_LABEL_VALUE_LIMIT,
+    DEFAULT_PROM_PORT,
+    DEFAULT_RPC_LATENCY_SAMPLE_EVERY,
+    MetricsConfig,
+)
 from pyrmq.storage.config import MessageStoreConfig
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -157,11 +163,22 @@ class BrokerConfig:
     #: to rocketmqHome; by default conf/plain_acl.yml there, or, without a
     #: home, plain_acl.yml beside the broker.conf
     acl_plain_file: str = ""
+    #: metrics (RocketMQ 5's keys; docs/METRICS.md): DISABLE (no port
+    #: opened) or PROM (a Prometheus endpoint on host:port, port 0: any)
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = DEFAULT_PROM_PORT
+    #: pyrmq: distinct topic (topic+group) label values per metric; the
+    #: rest are counted under _other
+    metrics_label_value_limit: int = DEFAULT_LABEL_VALUE_LIMIT
+    #: pyrmq: rocketmq_rpc_latency times one request in this many (1: all)
+    metrics_rpc_latency_sample_every: int = DEFAULT_RPC_LATENCY_SAMPLE_EVERY
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
 
     def __post_init__(self) -> None:
+        self.metrics_config  # noqa: B018  (validates the metrics keys)
         if self.duplicate_detection_key not in ("UNIQ_KEY", "KEYS"):
             raise ClientError(
                 f"duplicateDetectionKey={self.duplicate_detection_key!r}: expected UNIQ_KEY or KEYS"
@@ -227,6 +244,16 @@ class BrokerConfig:
                 return self.acl_plain_file
             return os.path.join(home, self.acl_plain_file)
         return os.path.join(home, "conf", "plain_acl.yml") if home else ""
+
+    @property
+    def metrics_config(self) -> MetricsConfig:
+        return MetricsConfig(
+            self.metrics_exporter_type,
+            self.metrics_prom_exporter_host,
+            self.metrics_prom_exporter_port,
+            self.metrics_label_value_limit,
+            self.metrics_rpc_latency_sample_every,
+        )
 
     @property
     def ha_port(self) -> int:

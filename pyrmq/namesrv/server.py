@@ -12,6 +12,8 @@ import zlib
 from typing import Any
 
 from pyrmq.common.config_file import JsonStateFile
+from pyrmq.metrics import MetricsConfig
+from pyrmq.namesrv.metrics import NameServerMetrics
 from pyrmq.namesrv.route_info_manager import BrokerConflictError, RouteInfoManager
 from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode, TlsConfig
 from pyrmq.remoting.connection import Connection
@@ -38,9 +40,16 @@ class NameServer:
         broker_channel_expired: float = 120.0,
         scan_interval: float = 10.0,
         tls: TlsConfig | None = None,
+        metrics: MetricsConfig | None = None,
     ) -> None:
         self.routes = RouteInfoManager()
         self.server = RemotingServer(host, port, name="namesrv", tls=tls)
+        #: the Prometheus endpoint (metricsExporterType=PROM), else None
+        self.metrics = (
+            NameServerMetrics(metrics, self.server, self.routes)
+            if metrics is not None and metrics.enabled
+            else None
+        )
         self.kv_config_path = kv_config_path
         self._kv_file = JsonStateFile(kv_config_path, self._kv_snapshot) if kv_config_path else None
         self.broker_channel_expired = broker_channel_expired
@@ -74,7 +83,16 @@ class NameServer:
                 )
                 or {}
             )
-        await self.server.start()
+        if self.metrics is not None:
+            await self.metrics.start()  # first: a taken port fails fast
+        try:
+            await self.server.start()
+        except BaseException:
+            if self.metrics is not None:
+                await self.metrics.shutdown()
+            raise
+        if self.metrics is not None:
+            self.metrics.node_known()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
         log.info(
             "NameServer listening on %s:%d (tls.server.mode=%s)",
@@ -89,6 +107,8 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
         await self.server.shutdown()
+        if self.metrics is not None:
+            await self.metrics.shutdown()
 
     async def __aenter__(self) -> NameServer:
         await self.start()

@@ -14,17 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from pyrmq.common.errors import BrokerError
 from pyrmq.remoting.codes import ResponseCode
-from pyrmq.remoting.command import MAX_FRAME, RemotingCommand
+from pyrmq.remoting.command import FLAG_ONEWAY, MAX_FRAME, RemotingCommand
 from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
 from pyrmq.remoting.tls import TLS_HANDSHAKE_BYTE, TlsConfig, TlsMode
 
 log = logging.getLogger("pyrmq.remoting")
+
+#: rpc_observer(request_code, response_code, result, microseconds); result is
+#: "success" (answered, whatever its code), "oneway", "deferred" (the
+#: processor answers later by itself: response_code -1, the handler's time)
+#: or "process_request_failed" (an unexpected exception: SYSTEM_ERROR)
+RpcObserver = Callable[[int, int, str, int], None]
 
 
 class RemotingServer:
@@ -66,6 +74,13 @@ class RemotingServer:
         self._listen_sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._admitting: set[asyncio.Task[None]] = set()
+        #: metrics: told of the requests handled (None: nothing measured).
+        #: One request in `rpc_sample_every` on average is timed and told, at
+        #: random gaps (no aliasing with a periodic request mix): timing every
+        #: request would cost the send path ~0.5 us a request.
+        self.rpc_observer: RpcObserver | None = None
+        self.rpc_sample_every = 1
+        self._rpc_skip = 1
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -89,7 +104,15 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 remark=f"request code {cmd.code} not supported",
             )
-        return processor(conn, cmd)
+        observe = self.rpc_observer
+        if observe is None:
+            return processor(conn, cmd)
+        self._rpc_skip -= 1
+        if self._rpc_skip > 0:
+            return processor(conn, cmd)
+        every = self.rpc_sample_every
+        self._rpc_skip = random.randint(1, 2 * every - 1) if every > 1 else 1
+        return _observed(processor, observe, conn, cmd)
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -271,3 +294,56 @@ async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _observed(
+    processor: RequestHandler, observe: RpcObserver, conn: Connection, cmd: RemotingCommand
+) -> HandlerResult:
+    """processor(conn, cmd), its time and outcome told to observe."""
+    start = time.perf_counter_ns()
+    code = cmd.code
+    try:
+        result = processor(conn, cmd)
+    except BrokerError as e:
+        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
+        raise
+    except Exception:
+        observe(
+            code,
+            int(ResponseCode.SYSTEM_ERROR),
+            "process_request_failed",
+            (time.perf_counter_ns() - start) // 1000,
+        )
+        raise
+    if isinstance(result, RemotingCommand):
+        how = "oneway" if cmd.flag & FLAG_ONEWAY else "success"
+        observe(code, result.code, how, (time.perf_counter_ns() - start) // 1000)
+        return result
+    if result is None:
+        how = "oneway" if cmd.flag & FLAG_ONEWAY else "deferred"
+        observe(code, -1, how, (time.perf_counter_ns() - start) // 1000)
+        return None
+    return _observed_later(result, observe, code, start)
+
+
+async def _observed_later(
+    pending: Awaitable[RemotingCommand | None], observe: RpcObserver, code: int, start: int
+) -> RemotingCommand | None:
+    try:
+        result = await pending
+    except BrokerError as e:
+        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        observe(
+            code,
+            int(ResponseCode.SYSTEM_ERROR),
+            "process_request_failed",
+            (time.perf_counter_ns() - start) // 1000,
+        )
+        raise
+    response = -1 if result is None else result.code
+    observe(code, response, "success", (time.perf_counter_ns() - start) // 1000)
+    return result

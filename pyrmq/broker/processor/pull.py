@@ -34,6 +34,7 @@ from pyrmq.common.errors import (
 from pyrmq.common.filter import Sql92Filter
 from pyrmq.common.subscription import SubscriptionData
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
+from pyrmq.metrics import BrokerTallies
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection, FileRanges
 from pyrmq.storage import MessageStore
@@ -79,6 +80,8 @@ class PullRequest:
     sql: Sql92Filter | None = None
     timer: asyncio.TimerHandle | None = None
     done: bool = False
+    #: the consumer group pulling (metrics: messages out, inflight)
+    group: str = ""
 
 
 #: RocketMQ's getMessage looks at up to max(16000 bytes of ConsumeQueue,
@@ -169,6 +172,8 @@ class PullMessageProcessor:
         #: CommitLog's end (accessMessageInMemoryMaxRatio of RAM)
         self.slave_read_enable = slave_read_enable
         self.memory_limit_bytes = memory_limit_bytes
+        #: metrics on: messages out and pull offsets are counted here
+        self.tallies: BrokerTallies | None = None
         #: controller mode, on a master: the CommitLog offset its SyncStateSet
         #: holds (RocketMQ 5's confirmOffset). Consumers read only below it:
         #: a record past it may be cut if this master fails over, and a
@@ -258,7 +263,9 @@ class PullMessageProcessor:
         # selected once already (RocketMQ filters them by the real topic's
         # subscription; they pass it again)
         sql = None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else sub.sql
-        req = PullRequest(conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, sql)
+        req = PullRequest(
+            conn, cmd, topic, queue_id, offset, max_msgs, sub.code_set, sql, group=group
+        )
         held = len(conn.attrs.get("held_pulls", ()))
         final = not sysflag & FLAG_SUSPEND or held >= MAX_HELD_PER_CONNECTION
         if self._answer(req, final=final, hold_unmatched=False):
@@ -316,6 +323,10 @@ class PullMessageProcessor:
             self.stats.inc_group_get(
                 cmd.ext_fields.get("consumerGroup", ""), req.topic, len(r.ranges), total
             )
+        tallies = self.tallies
+        if tallies is not None:
+            tallies.pulled(req.topic, req.group, r.message_count, total)
+            tallies.pulled_to(req.group, req.topic, req.queue_id, r.next_begin_offset)
         # over TLS the bytes must pass through the cipher: one gathered copy
         if total >= self.sendfile_min_bytes and not conn.tls and conn.attrs.get("sendfile", True):
             ranges = coalesce_ranges(r.ranges)

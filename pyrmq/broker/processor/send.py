@@ -45,6 +45,7 @@ from pyrmq.common.topics import (
     is_system_topic,
     retry_topic,
 )
+from pyrmq.metrics import BrokerTallies
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.command import FLAG_ONEWAY
@@ -165,6 +166,8 @@ class SendMessageProcessor:
     def _retry_queue_nums(self, group: str) -> int:
         sgc = self.groups.find(group) if self.groups is not None else None
         return max(1, sgc.retry_queue_nums) if sgc is not None else self.retry_queue_nums
+        #: metrics on: messages in are counted here (plain integers)
+        self.tallies: BrokerTallies | None = None
 
     def set_role(self, broker_role: str, ha: HAService | None) -> None:
         """Controller mode: this broker became master (its HAService says
@@ -234,6 +237,7 @@ class SendMessageProcessor:
             return self._send_half(
                 conn, cmd, f, topic, queue_id, sysflag, born_ts, props, user_flag, reconsume
             )
+        sent_topic, message_type = topic, "normal"
         with _STORE_ERRORS:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
@@ -248,6 +252,7 @@ class SendMessageProcessor:
             reply_queue_id = queue_id
             if "DELAY\x01" in props and not sysflag & _TX_MASK:
                 topic, queue_id, props = self._scheduled(topic, queue_id, props)
+                message_type = "delay"
             if self.dedup is not None:
                 first = self.dedup.stored(topic, props)
                 if first is not None:
@@ -267,6 +272,9 @@ class SendMessageProcessor:
                 self.dedup.remember(topic, props, r)
         if self.stats is not None:
             self.stats.inc_topic_put(topic, 1, r.wrote_bytes)
+        tallies = self.tallies
+        if tallies is not None:
+            tallies.sent(sent_topic, message_type, 1, len(body))
         return self._answer(conn, cmd, r, r.msg_id, reply_queue_id, props)
 
     def _send_half(
@@ -313,6 +321,8 @@ class SendMessageProcessor:
                 born_host=born_host_of(conn),
                 reconsume_times=reconsume,
             )
+        if self.tallies is not None:
+            self.tallies.sent(topic, "transaction", 1, len(cmd.body))
         return self._answer(conn, cmd, r, r.msg_id, queue_id, props)
 
     def _answer_stored(
@@ -568,6 +578,8 @@ class SendMessageProcessor:
             self.dedup.remember(topic, first_props, r)
         if self.stats is not None:
             self.stats.inc_topic_put(topic, r.count, r.wrote_bytes)
+        if self.tallies is not None:
+            self.tallies.sent(topic, "normal", r.count, len(body))
         ids = self.store.core.offset_msg_ids(r.store_host, r.phys_offset, r.wrote_bytes)
         return self._answer(conn, cmd, r, ids, queue_id, props)
 
