@@ -162,12 +162,12 @@ class SendMessageProcessor:
         #: consumer groups' retry settings (retryQueueNums, retryMaxTimes);
         #: None: the broker-wide defaults above
         self.groups: SubscriptionGroupManager | None = None
+        #: metrics on: messages in are counted here (plain integers)
+        self.tallies: BrokerTallies | None = None
 
     def _retry_queue_nums(self, group: str) -> int:
         sgc = self.groups.find(group) if self.groups is not None else None
         return max(1, sgc.retry_queue_nums) if sgc is not None else self.retry_queue_nums
-        #: metrics on: messages in are counted here (plain integers)
-        self.tallies: BrokerTallies | None = None
 
     def set_role(self, broker_role: str, ha: HAService | None) -> None:
         """Controller mode: this broker became master (its HAService says
