@@ -37,7 +37,7 @@ from pyrmq.common.errors import (
     RMQError,
     TopicNotExistError,
 )
-from pyrmq.common.topics import dlq_topic
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from pyrmq.dashboard.service import DashboardService
 
 log = logging.getLogger("pyrmq.dashboard")
@@ -245,35 +245,43 @@ class Dashboard:
         return self.page("topic.html", request, topic=name, route=route, status=status, title=name)
 
     async def groups(self, request: Request) -> Response:
-        topics = await self.service.topics()
-        return self.page("groups.html", request, topics=topics, title="Consumer groups")
+        groups = await self.service.groups()
+        return self.page("groups.html", request, groups=groups, title="Consumer groups")
 
     async def group(self, request: Request) -> Response:
+        """Its online clients and subscriptions (the consumer connection),
+        its topics and lag (the consume stats, over every topic it has
+        offsets of, or `topic`), and the offset reset of one topic."""
         q = _query(request)
         group = q.required("name", "consumer group")
         topic = q.text("topic")
+        conn = await self.service.connection(group)
+        subscribed = sorted((conn or {}).get("subscriptionTable") or {})
+        progress, hint, status, error = None, "", 200, q.text("error")
         try:
             progress = await self.service.progress(group, topic)
         except ClientError as e:
             if topic:
                 raise
-            # no retry topic to show: ask for the topic the group consumes
-            return self.page(
-                "group.html",
-                request,
-                400,
-                group=group,
-                topic="",
-                progress=None,
-                error=str(e),
-                title=group,
-            )
+            if conn is None:  # nothing known of it: ask for the topic it consumes
+                status, error = 400, str(e)
+            else:  # online, no offset yet: its subscriptions name the topics
+                hint = f"{e}; pick one of the topics it subscribes to"
+        known = sorted(set(subscribed) | set(progress.topics if progress else []))
+        resettable = [t for t in known if not t.startswith(RETRY_GROUP_TOPIC_PREFIX)]
         return self.page(
             "group.html",
             request,
+            status,
+            error=error,
             group=group,
             topic=topic,
+            reset_topic=topic or (resettable[0] if len(resettable) == 1 else ""),
+            topics=known,
+            resettable=resettable,
+            conn=conn,
             progress=progress,
+            hint=hint,
             now=_to_local_input(int(datetime.datetime.now().timestamp() * 1000)),
             title=group,
         )
