@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import pathlib
 import urllib.parse
@@ -37,7 +38,7 @@ from pyrmq.common.errors import (
     RMQError,
     TopicNotExistError,
 )
-from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, dlq_topic
+from pyrmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from pyrmq.dashboard.service import DashboardService
 
 log = logging.getLogger("pyrmq.dashboard")
@@ -166,6 +167,11 @@ class Dashboard:
             Route("/messages", self._page(self.messages, "Messages")),
             Route("/message", self._page(self.message, "Message")),
             Route("/message/resend", self._action(self.resend, "/message"), methods=["POST"]),
+            Route(
+                "/message/resend-client",
+                self._action(self.resend_to_client, "/message"),
+                methods=["POST"],
+            ),
             Route("/dlq", self._page(self.dlq, "Dead-letter queue")),
             Route("/api/cluster", self._api(lambda q: self.service.cluster_sample())),
             Route("/api/topic", self._api(self.api_topic)),
@@ -314,12 +320,27 @@ class Dashboard:
             q.number("queue", label="queue id"),
             q.number("offset", label="queue offset"),
         )
+        group = q.text("group")
+        if not group and msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            group = msg.topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
+        # the clients a resend can push the message to (none: no form)
+        conn, why = None, ""
+        try:
+            conn = await self.service.connection(group) if group else None
+        except (BrokerError, RemotingError, TimeoutError) as e:
+            why = _status_of(e)[1]
+        clients = sorted(
+            (c for c in (conn or {}).get("connectionSet") or []), key=lambda c: str(c["clientId"])
+        )
         return self.page(
             "message.html",
             request,
             msg=msg,
             data=message_as_dict(msg),
             group=q.text("group"),
+            client_group=group,
+            clients=clients,
+            clients_error=why,
             title=f"Message {msg.msg_id}",
         )
 
@@ -414,6 +435,34 @@ class Dashboard:
                 offset=f.text("offset"),
             ),
             f"resent to {dest}: {r.send_status.name}, new msgId {r.msg_id}",
+        )
+
+    async def resend_to_client(self, f: Form) -> tuple[str, str]:
+        topic, client_id = f.required("topic"), f.required("client", "online client")
+        group, r = await self.service.resend_to_client(
+            topic,
+            f.required("broker"),
+            f.number("queue", label="queue id"),
+            f.number("offset", label="queue offset"),
+            f.text("group"),
+            client_id,
+        )
+        shown = f"{r.get('consumeResult')} in {r.get('spentTimeMills')} ms"
+        if r.get("remark"):
+            shown += f" ({r['remark']})"
+        flags = {k: r[k] for k in ("order", "autoCommit") if k in r}
+        if flags:
+            shown += "; " + json.dumps(flags)
+        return (
+            _url(
+                "/message",
+                topic=topic,
+                broker=f.text("broker"),
+                queue=f.text("queue"),
+                offset=f.text("offset"),
+                group=f.text("group"),
+            ),
+            f"consumed by {client_id} of {group}: {shown}",
         )
 
     # -- JSON for the charts ----------------------------------------------------------------

@@ -418,9 +418,8 @@ class DashboardService:
         RECONSUME_LATER, and its consumers see the original topic), or to
         its original topic ('original': every group subscribed gets it).
 
-        Java's dashboard resends with CONSUME_MESSAGE_DIRECTLY, pushing the
-        message to one online consumer client; AdminClient has no such
-        request, so the copy goes through the retry topic instead."""
+        resend_to_client pushes the stored message itself to one online
+        client of the group instead (CONSUME_MESSAGE_DIRECTLY)."""
         if target not in ("retry", "original"):
             raise ClientError(f"resend to 'retry' or 'original', not {target!r}")
         msg = await self.at_offset(topic, broker, queue_id, offset)
@@ -443,6 +442,25 @@ class DashboardService:
             copy.properties[PROPERTY_RETRY_TOPIC] = original
         result = await self._call(self._send(copy))
         return dest, result
+
+    async def resend_to_client(
+        self, topic: str, broker: str, queue_id: int, offset: int, group: str, client_id: str
+    ) -> tuple[str, dict[str, Any]]:
+        """Have one online client of `group` consume the stored message once
+        (CONSUME_MESSAGE_DIRECTLY, forwarded by the broker storing it): the
+        group and the client's ConsumeMessageDirectlyResult. Nothing is
+        stored again; whatever the client answers is not retried."""
+        if not group:
+            if not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                raise ClientError("give the consumer group of the client")
+            group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
+        if not client_id:
+            raise ClientError(f"pick an online client of {group}")
+        msg = await self.at_offset(topic, broker, queue_id, offset)
+        result = await self._call(
+            self.admin.consume_message_directly(group, client_id, msg.offset_msg_id, msg.topic)
+        )
+        return group, result
 
     async def _send(self, msg: Message) -> SendResult:
         if self._producer is None:

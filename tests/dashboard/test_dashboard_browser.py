@@ -356,6 +356,20 @@ def test_dlq_message_resent_to_its_group(
                         stall_after=60,
                         step=0.2,
                     )
+                    # and pushed to the online client itself: its verdict is shown
+                    await page.locator("#message-body").wait_for()
+                    form = page.locator("#resend-client")
+                    options = await form.locator("select[name=client] option").all_inner_texts()
+                    assert len(options) == 1 and options[0].startswith(cid), options
+                    before = len(ok)
+                    await form.locator("#resend-to-client").click()
+                    text = await notice(page)
+                    assert text.startswith(f"consumed by {cid} of {group}: "), text
+                    assert "CR_SUCCESS in " in text, text
+                    assert len(ok) == before + 1  # consumed before the broker answered
+                    assert ok[-1].body == b"poison"
+                    await page.locator("#resend-client").scroll_into_view_if_needed()
+                    await shoot(page, tmp_path, "message-resend")
                 assert errors == [], errors
             finally:
                 await consumer.shutdown()
