@@ -118,6 +118,27 @@ def _query(request: Request) -> Form:
     return Form(urllib.parse.parse_qs(request.url.query, keep_blank_values=True))
 
 
+def per_second(tps: str | None) -> str | None:
+    """A broker's "10s 60s 600s" rates as "a · b · c"; None stays None."""
+    if not tps:
+        return None
+    parts = tps.split()
+    try:
+        return " · ".join(f"{float(p):,.1f}" for p in parts)
+    except ValueError:
+        return tps
+
+
+def percent(ratio: str | None) -> str | None:
+    """commitLogDiskRatio (0..1) as a percentage; None stays None."""
+    if not ratio:
+        return None
+    try:
+        return f"{float(ratio) * 100:.1f} %"
+    except ValueError:
+        return ratio
+
+
 def _to_local_input(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%dT%H:%M")
 
@@ -138,6 +159,7 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.env.globals.update(fmt_time=fmt_time, namesrv=namesrv, q=urllib.parse.quote)
+        self.env.filters.update(per_second=per_second, percent=percent)
 
     def page(self, name: str, request: Request, http_status: int = 200, **ctx: Any) -> HTMLResponse:
         qs = _query(request)

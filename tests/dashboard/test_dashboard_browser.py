@@ -95,6 +95,13 @@ def test_every_page_loads_without_console_errors(
                     )
                 if name in ("cluster", "topics", "messages", "message"):
                     await shoot(page, tmp_path, name)
+            # the broker's put/get rates (10 s, 60 s, 600 s) and disk use
+            await visit(page, base + "/cluster")
+            rates = re.compile(r"^[\d,.]+ · [\d,.]+ · [\d,.]+$")
+            for cell in ("td.put-tps", "td.get-tps"):
+                text = await page.locator(cell).first.inner_text()
+                assert rates.match(text.strip()), (cell, text)
+            assert re.match(r"^\d+\.\d %$", await page.locator("td.disk").first.inner_text())
             # groups: the subscription groups and those with only a retry
             # topic, not RocketMQ's own
             await visit(page, base + "/groups")
