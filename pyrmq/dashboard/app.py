@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import pathlib
 import urllib.parse
@@ -37,7 +38,7 @@ from pyrmq.common.errors import (
     RMQError,
     TopicNotExistError,
 )
-from pyrmq.common.topics import dlq_topic
+from pyrmq.common.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from pyrmq.dashboard.service import DashboardService
 
 log = logging.getLogger("pyrmq.dashboard")
@@ -117,6 +118,27 @@ def _query(request: Request) -> Form:
     return Form(urllib.parse.parse_qs(request.url.query, keep_blank_values=True))
 
 
+def per_second(tps: str | None) -> str | None:
+    """A broker's "10s 60s 600s" rates as "a · b · c"; None stays None."""
+    if not tps:
+        return None
+    parts = tps.split()
+    try:
+        return " · ".join(f"{float(p):,.1f}" for p in parts)
+    except ValueError:
+        return tps
+
+
+def percent(ratio: str | None) -> str | None:
+    """commitLogDiskRatio (0..1) as a percentage; None stays None."""
+    if not ratio:
+        return None
+    try:
+        return f"{float(ratio) * 100:.1f} %"
+    except ValueError:
+        return ratio
+
+
 def _to_local_input(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%dT%H:%M")
 
@@ -137,6 +159,7 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.env.globals.update(fmt_time=fmt_time, namesrv=namesrv, q=urllib.parse.quote)
+        self.env.filters.update(per_second=per_second, percent=percent)
 
     def page(self, name: str, request: Request, http_status: int = 200, **ctx: Any) -> HTMLResponse:
         qs = _query(request)
@@ -166,6 +189,11 @@ class Dashboard:
             Route("/messages", self._page(self.messages, "Messages")),
             Route("/message", self._page(self.message, "Message")),
             Route("/message/resend", self._action(self.resend, "/message"), methods=["POST"]),
+            Route(
+                "/message/resend-client",
+                self._action(self.resend_to_client, "/message"),
+                methods=["POST"],
+            ),
             Route("/dlq", self._page(self.dlq, "Dead-letter queue")),
             Route("/api/cluster", self._api(lambda q: self.service.cluster_sample())),
             Route("/api/topic", self._api(self.api_topic)),
@@ -245,35 +273,43 @@ class Dashboard:
         return self.page("topic.html", request, topic=name, route=route, status=status, title=name)
 
     async def groups(self, request: Request) -> Response:
-        topics = await self.service.topics()
-        return self.page("groups.html", request, topics=topics, title="Consumer groups")
+        groups = await self.service.groups()
+        return self.page("groups.html", request, groups=groups, title="Consumer groups")
 
     async def group(self, request: Request) -> Response:
+        """Its online clients and subscriptions (the consumer connection),
+        its topics and lag (the consume stats, over every topic it has
+        offsets of, or `topic`), and the offset reset of one topic."""
         q = _query(request)
         group = q.required("name", "consumer group")
         topic = q.text("topic")
+        conn = await self.service.connection(group)
+        subscribed = sorted((conn or {}).get("subscriptionTable") or {})
+        progress, hint, status, error = None, "", 200, q.text("error")
         try:
             progress = await self.service.progress(group, topic)
         except ClientError as e:
             if topic:
                 raise
-            # no retry topic to show: ask for the topic the group consumes
-            return self.page(
-                "group.html",
-                request,
-                400,
-                group=group,
-                topic="",
-                progress=None,
-                error=str(e),
-                title=group,
-            )
+            if conn is None:  # nothing known of it: ask for the topic it consumes
+                status, error = 400, str(e)
+            else:  # online, no offset yet: its subscriptions name the topics
+                hint = f"{e}; pick one of the topics it subscribes to"
+        known = sorted(set(subscribed) | set(progress.topics if progress else []))
+        resettable = [t for t in known if not t.startswith(RETRY_GROUP_TOPIC_PREFIX)]
         return self.page(
             "group.html",
             request,
+            status,
+            error=error,
             group=group,
             topic=topic,
+            reset_topic=topic or (resettable[0] if len(resettable) == 1 else ""),
+            topics=known,
+            resettable=resettable,
+            conn=conn,
             progress=progress,
+            hint=hint,
             now=_to_local_input(int(datetime.datetime.now().timestamp() * 1000)),
             title=group,
         )
@@ -306,12 +342,27 @@ class Dashboard:
             q.number("queue", label="queue id"),
             q.number("offset", label="queue offset"),
         )
+        group = q.text("group")
+        if not group and msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            group = msg.topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
+        # the clients a resend can push the message to (none: no form)
+        conn, why = None, ""
+        try:
+            conn = await self.service.connection(group) if group else None
+        except (BrokerError, RemotingError, TimeoutError) as e:
+            why = _status_of(e)[1]
+        clients = sorted(
+            (c for c in (conn or {}).get("connectionSet") or []), key=lambda c: str(c["clientId"])
+        )
         return self.page(
             "message.html",
             request,
             msg=msg,
             data=message_as_dict(msg),
             group=q.text("group"),
+            client_group=group,
+            clients=clients,
+            clients_error=why,
             title=f"Message {msg.msg_id}",
         )
 
@@ -406,6 +457,34 @@ class Dashboard:
                 offset=f.text("offset"),
             ),
             f"resent to {dest}: {r.send_status.name}, new msgId {r.msg_id}",
+        )
+
+    async def resend_to_client(self, f: Form) -> tuple[str, str]:
+        topic, client_id = f.required("topic"), f.required("client", "online client")
+        group, r = await self.service.resend_to_client(
+            topic,
+            f.required("broker"),
+            f.number("queue", label="queue id"),
+            f.number("offset", label="queue offset"),
+            f.text("group"),
+            client_id,
+        )
+        shown = f"{r.get('consumeResult')} in {r.get('spentTimeMills')} ms"
+        if r.get("remark"):
+            shown += f" ({r['remark']})"
+        flags = {k: r[k] for k in ("order", "autoCommit") if k in r}
+        if flags:
+            shown += "; " + json.dumps(flags)
+        return (
+            _url(
+                "/message",
+                topic=topic,
+                broker=f.text("broker"),
+                queue=f.text("queue"),
+                offset=f.text("offset"),
+                group=f.text("group"),
+            ),
+            f"consumed by {client_id} of {group}: {shown}",
         )
 
     # -- JSON for the charts ----------------------------------------------------------------

@@ -29,7 +29,7 @@ from pyrmq.admin.results import (
     TopicDeleted,
     TopicStatus,
 )
-from pyrmq.common.errors import ClientError
+from pyrmq.common.errors import BrokerError, ClientError, ConsumerNotOnlineError, RemotingError
 from pyrmq.common.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
@@ -57,6 +57,26 @@ MAX_LISTED = 500
 #: the broker and the sending client set (SYSTEM_PROPERTIES) plus the delay
 #: level and the WAIT flag a resend must not inherit
 _NOT_RESENT = SYSTEM_PROPERTIES | {"DELAY", "WAIT"}
+#: consumer groups of RocketMQ's own: the ones its brokers create at start
+#: (MixAll: tools, filter server, self test, ONS proxy and API groups, the
+#: transaction checker's) and the prefixes its system groups share
+SYSTEM_GROUPS = frozenset(
+    {
+        "TOOLS_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PULL",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_RMQ_SYS_TRANS",
+    }
+)
+SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_RMQ_", "CID_ONSAPI_")
+
+
+def is_system_group(group: str) -> bool:
+    return group in SYSTEM_GROUPS or group.startswith(SYSTEM_GROUP_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +109,28 @@ class BrokerRow:
     get_tps: str | None = None
     #: disk use as the broker reports it (Java: commitLogDiskRatio), else None
     disk: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One consumer group of the groups page."""
+
+    name: str
+    #: brokers holding its subscription group config; empty for a group
+    #: seen only through its %RETRY% / %DLQ% topics
+    brokers: list[str]
+    has_dlq: bool
+    #: its subscription group config on the first broker that has it
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupList:
+    groups: list[GroupRow]
+    #: RocketMQ's own groups (is_system_group), hidden from the list
+    system: list[str]
+    #: "addr: why" for each master that did not list its subscription groups
+    errors: list[str]
 
 
 @dataclass(slots=True)
@@ -280,6 +322,49 @@ class DashboardService:
 
     # -- consumer groups ----------------------------------------------------------------------
 
+    async def groups(self) -> GroupList:
+        """The masters' subscription groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        merged with the groups the %RETRY% / %DLQ% topics name (a group a
+        consumer ran under without a config, e.g. on an auto-creating
+        broker that has since restarted). A master that does not answer is
+        named in `errors`, the others are still listed."""
+        topics = await self.topics()
+        masters = [r for r in await self.cluster() if r.broker_id == 0 and not r.error]
+        answers = await asyncio.gather(
+            *(self._subscription_groups(r.addr) for r in masters), return_exceptions=True
+        )
+        brokers: dict[str, list[str]] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        errors = []
+        for r, answer in zip(masters, answers, strict=True):
+            if isinstance(answer, BrokerError | RemotingError | TimeoutError | OSError):
+                errors.append(f"{r.broker_name} ({r.addr}): {answer or type(answer).__name__}")
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            for name, config in (answer.get("subscriptionGroupTable") or {}).items():
+                brokers.setdefault(name, []).append(r.broker_name)
+                configs.setdefault(name, config if isinstance(config, dict) else {})
+        names = set(brokers) | set(topics.groups)
+        dlq = set(topics.dlq_groups)
+        rows = [
+            GroupRow(g, sorted(brokers.get(g, [])), g in dlq, configs.get(g, {}))
+            for g in sorted(names)
+            if not is_system_group(g)
+        ]
+        return GroupList(rows, sorted(g for g in names if is_system_group(g)), errors)
+
+    async def _subscription_groups(self, addr: str) -> dict[str, Any]:
+        return await self._cached("subgroups:" + addr, lambda: self.admin.subscription_groups(addr))
+
+    async def connection(self, group: str) -> dict[str, Any] | None:
+        """The group's ConsumerConnection (online clients, subscriptions,
+        consume type and model), None when no consumer of it is online."""
+        try:
+            return await self._call(self.admin.examine_consumer_connection(group))
+        except ConsumerNotOnlineError:
+            return None
+
     async def progress(self, group: str, topic: str | None) -> ConsumerProgress:
         return await self._call(self.admin.consumer_progress(group, topic or None))
 
@@ -333,9 +418,8 @@ class DashboardService:
         RECONSUME_LATER, and its consumers see the original topic), or to
         its original topic ('original': every group subscribed gets it).
 
-        Java's dashboard resends with CONSUME_MESSAGE_DIRECTLY, pushing the
-        message to one online consumer client; AdminClient has no such
-        request, so the copy goes through the retry topic instead."""
+        resend_to_client pushes the stored message itself to one online
+        client of the group instead (CONSUME_MESSAGE_DIRECTLY)."""
         if target not in ("retry", "original"):
             raise ClientError(f"resend to 'retry' or 'original', not {target!r}")
         msg = await self.at_offset(topic, broker, queue_id, offset)
@@ -358,6 +442,25 @@ class DashboardService:
             copy.properties[PROPERTY_RETRY_TOPIC] = original
         result = await self._call(self._send(copy))
         return dest, result
+
+    async def resend_to_client(
+        self, topic: str, broker: str, queue_id: int, offset: int, group: str, client_id: str
+    ) -> tuple[str, dict[str, Any]]:
+        """Have one online client of `group` consume the stored message once
+        (CONSUME_MESSAGE_DIRECTLY, forwarded by the broker storing it): the
+        group and the client's ConsumeMessageDirectlyResult. Nothing is
+        stored again; whatever the client answers is not retried."""
+        if not group:
+            if not topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                raise ClientError("give the consumer group of the client")
+            group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
+        if not client_id:
+            raise ClientError(f"pick an online client of {group}")
+        msg = await self.at_offset(topic, broker, queue_id, offset)
+        result = await self._call(
+            self.admin.consume_message_directly(group, client_id, msg.offset_msg_id, msg.topic)
+        )
+        return group, result
 
     async def _send(self, msg: Message) -> SendResult:
         if self._producer is None:

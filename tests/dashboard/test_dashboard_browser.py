@@ -62,6 +62,9 @@ def test_every_page_loads_without_console_errors(
                 await admin.send_message(
                     "PagesT", f"page body {i}", keys=f"pk{i}", broker_name="broker-a", queue_id=0
                 )
+            # a group with a subscription group config only, one with a retry topic only
+            await admin.create_and_update_subscription_group("PagesSubG")
+            await admin.create_topic("%RETRY%PagesOrphanG", 1, 1)
         base = dashboard.url
         errors: list[str] = []
         async with browser_page(errors) as page:
@@ -92,6 +95,25 @@ def test_every_page_loads_without_console_errors(
                     )
                 if name in ("cluster", "topics", "messages", "message"):
                     await shoot(page, tmp_path, name)
+            # the broker's put/get rates (10 s, 60 s, 600 s) and disk use
+            await visit(page, base + "/cluster")
+            rates = re.compile(r"^[\d,.]+ · [\d,.]+ · [\d,.]+$")
+            for cell in ("td.put-tps", "td.get-tps"):
+                text = await page.locator(cell).first.inner_text()
+                assert rates.match(text.strip()), (cell, text)
+            assert re.match(r"^\d+\.\d %$", await page.locator("td.disk").first.inner_text())
+            # groups: the subscription groups and those with only a retry
+            # topic, not RocketMQ's own
+            await visit(page, base + "/groups")
+            rows = {
+                r.split("\t")[0]: r
+                for r in await page.locator("#groups tr.group").all_inner_texts()
+            }
+            assert "broker-a" in rows["PagesSubG"], rows
+            assert "no config" in rows["PagesOrphanG"], rows
+            assert not {"TOOLS_CONSUMER", "CID_RMQ_SYS_TRANS", "SELF_TEST_C_GROUP"} & set(rows)
+            assert not [g for g in rows if g.startswith(("CID_ONSAPI_", "CID_RMQ_SYS_"))], rows
+            await shoot(page, tmp_path, "groups")
             # the message page shows its body and properties
             await visit(page, base + pages["messages-key"])
             assert "page body 1" in await page.locator("table.messages").inner_text()
@@ -300,10 +322,25 @@ def test_dlq_message_resent_to_its_group(
                 failing = False
                 errors: list[str] = []
                 async with browser_page(errors) as page:
-                    # the group's online member is listed
-                    await visit(page, dashboard.url + f"/group?name={group}&topic={topic}")
-                    members = await page.locator("#members li").all_inner_texts()
-                    assert members == [consumer.client.client_id], members
+                    # the group is listed from its subscription group config
+                    await visit(page, dashboard.url + "/groups")
+                    names = await page.locator("#groups tr.group td:first-child").all_inner_texts()
+                    assert group in names, names
+                    await page.locator("#groups a", has_text=re.compile(f"^{group}$")).click()
+                    await page.wait_for_url(re.compile(r"/group\?name=DlqG$"))
+                    # its online client, subscriptions and topics, no topic typed
+                    cid = consumer.client.client_id
+                    clients = await page.locator("#clients tr.client").all_inner_texts()
+                    assert len(clients) == 1 and clients[0].startswith(cid), clients
+                    assert "PYTHON" in clients[0], clients
+                    assert "CONSUME_PASSIVELY" in clients[0] and "CLUSTERING" in clients[0]
+                    subs = await page.locator("#subscriptions").inner_text()
+                    assert topic in subs and f"%RETRY%{group}" in subs, subs
+                    assert topic in await page.locator("#group-topics").inner_text()
+                    assert await page.locator("#progress tbody tr").count() >= 1
+                    assert await page.locator("#reset-offset input[name=topic]").input_value() == (
+                        topic
+                    )
                     await visit(page, dashboard.url + "/dlq")
                     await page.locator("#dlq-form input[name=group]").fill(group)
                     await page.locator("#dlq-form button[type=submit]").click()
@@ -326,6 +363,20 @@ def test_dlq_message_resent_to_its_group(
                         stall_after=60,
                         step=0.2,
                     )
+                    # and pushed to the online client itself: its verdict is shown
+                    await page.locator("#message-body").wait_for()
+                    form = page.locator("#resend-client")
+                    options = await form.locator("select[name=client] option").all_inner_texts()
+                    assert len(options) == 1 and options[0].startswith(cid), options
+                    before = len(ok)
+                    await form.locator("#resend-to-client").click()
+                    text = await notice(page)
+                    assert text.startswith(f"consumed by {cid} of {group}: "), text
+                    assert "CR_SUCCESS in " in text, text
+                    assert len(ok) == before + 1  # consumed before the broker answered
+                    assert ok[-1].body == b"poison"
+                    await page.locator("#resend-client").scroll_into_view_if_needed()
+                    await shoot(page, tmp_path, "message-resend")
                 assert errors == [], errors
             finally:
                 await consumer.shutdown()
