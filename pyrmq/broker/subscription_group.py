@@ -24,24 +24,13 @@ from typing import Any
 
 from pyrmq.common.config_file import JsonStateFile
 from pyrmq.common.errors import InvalidParameterError
+from pyrmq.common.topics import SYSTEM_GROUPS
 
 log = logging.getLogger("pyrmq.broker")
 
 #: TopicValidator.validateGroup: the characters and length RocketMQ allows
 _GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 GROUP_NAME_MAX_LENGTH = 255
-
-#: groups RocketMQ's SubscriptionGroupManager creates at start (MixAll)
-SYSTEM_GROUPS = (
-    "TOOLS_CONSUMER",
-    "FILTERSRV_CONSUMER",
-    "SELF_TEST_C_GROUP",
-    "CID_ONS-HTTP-PROXY",
-    "CID_ONSAPI_PULL",
-    "CID_ONSAPI_PERMISSION",
-    "CID_ONSAPI_OWNER",
-    "CID_RMQ_SYS_TRANS",
-)
 
 
 def check_group_name(group: str) -> None:

@@ -50,3 +50,24 @@ def is_system_topic(topic: str) -> bool:
         or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
         or topic.lower().startswith(SYSTEM_TOPIC_PREFIX)
     )
+
+
+#: consumer groups of RocketMQ's own that its brokers create at start
+#: (MixAll: tools, filter server, self test, ONS proxy and API groups, the
+#: transaction checker's), and the prefixes its system groups share
+SYSTEM_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_RMQ_SYS_TRANS",
+)
+SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_RMQ_", "CID_ONSAPI_")
+
+
+def is_system_group(group: str) -> bool:
+    """A consumer group of RocketMQ's own (SYSTEM_GROUPS and its prefixes)."""
+    return group in SYSTEM_GROUPS or group.startswith(SYSTEM_GROUP_PREFIXES)

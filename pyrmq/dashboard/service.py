@@ -44,6 +44,7 @@ from pyrmq.common.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     dlq_topic,
+    is_system_group,
     is_system_topic,
     retry_topic,
 )
@@ -57,27 +58,6 @@ MAX_LISTED = 500
 #: the broker and the sending client set (SYSTEM_PROPERTIES) plus the delay
 #: level and the WAIT flag a resend must not inherit
 _NOT_RESENT = SYSTEM_PROPERTIES | {"DELAY", "WAIT"}
-#: consumer groups of RocketMQ's own: the ones its brokers create at start
-#: (MixAll: tools, filter server, self test, ONS proxy and API groups, the
-#: transaction checker's) and the prefixes its system groups share
-SYSTEM_GROUPS = frozenset(
-    {
-        "TOOLS_CONSUMER",
-        "FILTERSRV_CONSUMER",
-        "SELF_TEST_C_GROUP",
-        "CID_ONS-HTTP-PROXY",
-        "CID_ONSAPI_PULL",
-        "CID_ONSAPI_PERMISSION",
-        "CID_ONSAPI_OWNER",
-        "CID_RMQ_SYS_TRANS",
-    }
-)
-SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_RMQ_", "CID_ONSAPI_")
-
-
-def is_system_group(group: str) -> bool:
-    return group in SYSTEM_GROUPS or group.startswith(SYSTEM_GROUP_PREFIXES)
-
 
 @dataclass(frozen=True, slots=True)
 class TopicList:

@@ -296,6 +296,20 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+def _tell_failure(observe: RpcObserver, code: int, e: BaseException, start: int) -> None:
+    """A handler's exception as the metrics see it: a BrokerError is an
+    answer with its code, anything else a failed request (SYSTEM_ERROR)."""
+    if isinstance(e, BrokerError):
+        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
+    else:
+        observe(
+            code,
+            int(ResponseCode.SYSTEM_ERROR),
+            "process_request_failed",
+            (time.perf_counter_ns() - start) // 1000,
+        )
+
+
 def _observed(
     processor: RequestHandler, observe: RpcObserver, conn: Connection, cmd: RemotingCommand
 ) -> HandlerResult:
@@ -304,16 +318,8 @@ def _observed(
     code = cmd.code
     try:
         result = processor(conn, cmd)
-    except BrokerError as e:
-        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
-        raise
-    except Exception:
-        observe(
-            code,
-            int(ResponseCode.SYSTEM_ERROR),
-            "process_request_failed",
-            (time.perf_counter_ns() - start) // 1000,
-        )
+    except Exception as e:
+        _tell_failure(observe, code, e, start)
         raise
     if isinstance(result, RemotingCommand):
         how = "oneway" if cmd.flag & FLAG_ONEWAY else "success"
@@ -331,18 +337,8 @@ async def _observed_later(
 ) -> RemotingCommand | None:
     try:
         result = await pending
-    except BrokerError as e:
-        observe(code, int(e.code), "success", (time.perf_counter_ns() - start) // 1000)
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        observe(
-            code,
-            int(ResponseCode.SYSTEM_ERROR),
-            "process_request_failed",
-            (time.perf_counter_ns() - start) // 1000,
-        )
+    except Exception as e:  # CancelledError is a BaseException: not told
+        _tell_failure(observe, code, e, start)
         raise
     response = -1 if result is None else result.code
     observe(code, response, "success", (time.perf_counter_ns() - start) // 1000)
