@@ -9,7 +9,8 @@ names and keys:
     BROKER_PUT_NUMS / BROKER_GET_NUMS key: cluster name   (all sends / pulls)
 
 The hot path only adds to two integers of a counter (its value and how many
-times it was added to); windows are computed when asked: a sampling task
+times it was added to; the BROKER_* totals are sums of the TOPIC_/GROUP_
+counters, taken when asked); windows are computed when asked: a sampling task
 snapshots every counter every 10 s (the minute ring), every minute (the
 hour ring) and every hour (the day ring), as RocketMQ's StatsItem samples,
 and a window's sum is the counter now minus the oldest snapshot in the
@@ -47,16 +48,26 @@ SAMPLE_INTERVAL = 10.0
 _RINGS = {"minute": (60.0, 1, 7), "hour": (3600.0, 6, 61), "day": (86400.0, 360, 25)}
 
 Counter = list[int]  # [value, times]
-Snapshot = tuple[float, dict[tuple[str, str], tuple[int, int]]]
+#: a snapshot: when, and (value, times) by stats name and key
+Snapshot = tuple[float, dict[str, dict[str, tuple[int, int]]]]
+#: the cluster-wide totals are the sums of these (derived when asked, not
+#: counted a second time on every send and pull)
+_TOTAL_OF = {BROKER_PUT_NUMS: TOPIC_PUT_NUMS, BROKER_GET_NUMS: GROUP_GET_NUMS}
+#: where a total's source keeps what forgotten topics/groups had counted
+#: (a total never goes down; no topic or group name holds a NUL)
+_RETIRED = "\x00retired"
 
 
 class BrokerStatsManager:
-    """Counters by (stats name, key) with lazily computed windows."""
+    """Counters by stats name, then key, with lazily computed windows."""
 
     def __init__(self, cluster_name: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.cluster_name = cluster_name
         self._clock = clock
-        self.counters: dict[tuple[str, str], Counter] = {}
+        #: stats name -> key -> [value, times]; BROKER_*_NUMS are derived
+        self.counters: dict[str, dict[str, Counter]] = {
+            name: {} for name in STATS_NAMES if name not in _TOTAL_OF
+        }
         self._ticks = 0
         start: Snapshot = (clock(), {})
         self._rings: dict[str, collections.deque[Snapshot]] = {
@@ -65,64 +76,93 @@ class BrokerStatsManager:
 
     # -- the hot path: sends and pulls ---------------------------------------------------
 
-    def _add(self, name: str, key: str, value: int) -> None:
-        c = self.counters.get((name, key))
+    @staticmethod
+    def _add(table: dict[str, Counter], key: str, value: int) -> None:
+        c = table.get(key)
         if c is None:
-            self.counters[(name, key)] = [value, 1]
+            table[key] = [value, 1]
         else:
             c[0] += value
             c[1] += 1
 
     def inc_topic_put(self, topic: str, nums: int, size: int) -> None:
         """A send stored `nums` messages of `size` bytes in all."""
-        self._add(TOPIC_PUT_NUMS, topic, nums)
-        self._add(TOPIC_PUT_SIZE, topic, size)
-        self._add(BROKER_PUT_NUMS, self.cluster_name, nums)
+        counters = self.counters
+        self._add(counters[TOPIC_PUT_NUMS], topic, nums)
+        self._add(counters[TOPIC_PUT_SIZE], topic, size)
 
     def inc_group_get(self, group: str, topic: str, nums: int, size: int) -> None:
         """A pull of `group` found `nums` messages of `size` bytes in all."""
         key = f"{topic}@{group}"
-        self._add(GROUP_GET_NUMS, key, nums)
-        self._add(GROUP_GET_SIZE, key, size)
-        self._add(BROKER_GET_NUMS, self.cluster_name, nums)
+        counters = self.counters
+        self._add(counters[GROUP_GET_NUMS], key, nums)
+        self._add(counters[GROUP_GET_SIZE], key, size)
 
     def inc_send_back(self, group: str, topic: str) -> None:
-        self._add(SNDBCK_PUT_NUMS, f"{topic}@{group}", 1)
+        self._add(self.counters[SNDBCK_PUT_NUMS], f"{topic}@{group}", 1)
 
     # -- sampling ------------------------------------------------------------------------
 
     def sample(self) -> None:
         """Snapshot the counters (every SAMPLE_INTERVAL seconds)."""
         self._ticks += 1
-        snap: Snapshot = (self._clock(), {k: (c[0], c[1]) for k, c in self.counters.items()})
+        snap: Snapshot = (
+            self._clock(),
+            {
+                name: {k: (c[0], c[1]) for k, c in table.items()}
+                for name, table in self.counters.items()
+            },
+        )
         for name, (_, every, _) in _RINGS.items():
             if self._ticks % every == 0:
                 self._rings[name].append(snap)
 
     def forget(self, predicate: Callable[[str, str], bool]) -> None:
         """Drop the counters of a deleted topic or group."""
-        for k in [k for k in self.counters if predicate(*k)]:
-            del self.counters[k]
+        sources = _TOTAL_OF.values()
+        for name, table in self.counters.items():
+            for k in [k for k in table if k != _RETIRED and predicate(name, k)]:
+                c = table.pop(k)
+                if name in sources:
+                    self._add(table, _RETIRED, c[0])
+                    table[_RETIRED][1] += c[1] - 1
 
     # -- windows -------------------------------------------------------------------------
 
     def has(self, name: str, key: str) -> bool:
-        return (name, key) in self.counters
+        if name in _TOTAL_OF:
+            return key == self.cluster_name and bool(self.counters[_TOTAL_OF[name]])
+        return key in self.counters.get(name, {})
+
+    def _value(self, counts: dict[str, dict[str, Any]], name: str, key: str) -> tuple[int, int]:
+        """(value, times) of a counter in `counts` (the live counters or a
+        snapshot's); a cluster-wide total is the sum of its source's."""
+        source = _TOTAL_OF.get(name)
+        if source is not None:
+            table = counts.get(source, {})
+            return sum(c[0] for c in table.values()), sum(c[1] for c in table.values())
+        c = counts.get(name, {}).get(key)
+        return (c[0], c[1]) if c is not None else (0, 0)
+
+    def _since(
+        self, ring: collections.deque[Snapshot], span: float, fallback: int
+    ) -> tuple[float, dict[str, dict[str, tuple[int, int]]]]:
+        """The oldest snapshot of ring within `span` seconds of now (half a
+        sampling interval of slack), else ring[fallback]."""
+        now = self._clock()
+        for t, snap in ring:
+            if now - t <= span + SAMPLE_INTERVAL / 2:
+                return t, snap
+        return ring[fallback]
 
     def window(self, name: str, key: str, window: str) -> dict[str, Any]:
         """BrokerStatsItem of one window: {"sum", "tps", "avgpt"}."""
         span, _, _ = _RINGS[window]
-        now = self._clock()
-        c = self.counters.get((name, key), [0, 0])
-        ring = self._rings[window]
-        base_t, base = ring[0]
-        for t, snap in ring:  # the oldest snapshot still inside the window
-            if now - t <= span + SAMPLE_INTERVAL / 2:
-                base_t, base = t, snap
-                break
-        old_value, old_times = base.get((name, key), (0, 0))
-        total, times = c[0] - old_value, c[1] - old_times
-        elapsed = max(now - base_t, 1.0)
+        base_t, base = self._since(self._rings[window], span, 0)
+        value, times = self._value(self.counters, name, key)
+        old_value, old_times = self._value(base, name, key)
+        total, times = value - old_value, times - old_times
+        elapsed = max(self._clock() - base_t, 1.0)
         return {
             "sum": total,
             "tps": round(total / elapsed, 2),
@@ -145,14 +185,9 @@ class BrokerStatsManager:
         """Per second over about the last `seconds` (at the sampling's
         resolution: 10 s up to a minute, a minute up to an hour)."""
         ring = self._rings["minute" if seconds <= 60 else "hour"]
-        now = self._clock()
-        c = self.counters.get((name, key), [0, 0])
-        base_t, base = ring[-1]
-        for t, snap in ring:  # the oldest snapshot inside the span
-            if now - t <= seconds + SAMPLE_INTERVAL / 2:
-                base_t, base = t, snap
-                break
-        return (c[0] - base.get((name, key), (0, 0))[0]) / max(now - base_t, 1.0)
+        base_t, base = self._since(ring, seconds, -1)
+        value = self._value(self.counters, name, key)[0] - self._value(base, name, key)[0]
+        return value / max(self._clock() - base_t, 1.0)
 
     def tps_text(self, name: str, key: str) -> str:
         """RocketMQ's runtime-info form: over 10 s, 60 s and 600 s."""

@@ -391,3 +391,29 @@ def test_forwarded_to_a_consumer(arun, tmp_path):
             await asyncio.sleep(0)
 
     arun(main(), timeout=60.0)
+
+
+def test_cluster_totals_are_the_sums_and_never_go_down():
+    """BROKER_PUT_NUMS / BROKER_GET_NUMS are derived from the per-topic and
+    per-group counters (not counted twice on the hot path); a forgotten
+    group's pulls stay in the total."""
+    from pyrmq.broker.stats import BrokerStatsManager
+
+    now = [1000.0]
+    s = BrokerStatsManager("C", clock=lambda: now[0])
+    assert not s.has("BROKER_PUT_NUMS", "C")
+    for _ in range(5):
+        s.inc_topic_put("A", 2, 10)
+    s.inc_topic_put("B", 1, 10)
+    s.inc_group_get("g", "A", 3, 30)
+    s.inc_group_get("h", "A", 4, 40)
+    now[0] += 10
+    s.sample()
+    assert s.has("BROKER_PUT_NUMS", "C") and not s.has("BROKER_PUT_NUMS", "other")
+    assert s.window("BROKER_PUT_NUMS", "C", "minute") == {"sum": 11, "tps": 1.1, "avgpt": 1.83}
+    s.forget(lambda name, key: key.endswith("@g"))
+    assert not s.has("GROUP_GET_NUMS", "A@g")
+    assert s.window("BROKER_GET_NUMS", "C", "minute") == {"sum": 7, "tps": 0.7, "avgpt": 3.5}
+    s.inc_group_get("h", "A", 1, 10)
+    now[0] += 10
+    assert s.window("BROKER_GET_NUMS", "C", "minute")["sum"] == 8
