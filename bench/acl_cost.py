@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 from typing import Any
 
 from bench import broker_load as bl
+from bench._runs import paired_ratio, pyrmq_json
+from pyrmq.acl.signing import ENV_ACCESS_KEY, ENV_SECRET_KEY
 
 TOPIC = "BenchAcl"
 QUEUES = 8
@@ -56,21 +57,18 @@ CASES = ("sync", "acl_sync", "async", "acl_async")
 
 
 def produce(namesrv: str, mode: str, seconds: float, body: int, acl: bool) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "pyrmq", "bench", "produce", "-n", namesrv, "-t", TOPIC,
-           "--mode", mode, "-d", str(seconds), "-s", str(body), "-q", "--json", "-"]  # fmt: skip
+    """One `pyrmq bench produce` run, signed with the producer account when
+    `acl` (through the environment, as a user would): its summary with the
+    client's CPU seconds."""
     env = dict(os.environ)
-    env.pop("ROCKETMQ_ACCESS_KEY", None)
-    env.pop("ROCKETMQ_SECRET_KEY", None)
+    env.pop(ENV_ACCESS_KEY, None)
+    env.pop(ENV_SECRET_KEY, None)
     if acl:
-        env["ROCKETMQ_ACCESS_KEY"], env["ROCKETMQ_SECRET_KEY"] = PRODUCER
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, env=env)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if out.returncode != 0:
-        raise RuntimeError(f"pyrmq bench produce --mode {mode} failed: {out.stderr[-2000:]}")
-    s = dict(json.loads(out.stdout))["produce"]
-    s["client_cpu_s"] = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-    return dict(s)
+        env[ENV_ACCESS_KEY], env[ENV_SECRET_KEY] = PRODUCER
+    summary = pyrmq_json("bench", "produce", "-n", namesrv, "-t", TOPIC, "--mode", mode,
+                         "-d", str(seconds), "-s", str(body),
+                         timeout=seconds + 120, env=env)  # fmt: skip
+    return dict(summary["produce"], client_cpu_s=summary["client_cpu_s"])
 
 
 async def _admin(namesrv: str, broker: str, what: str) -> int:
@@ -134,12 +132,8 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
             "rt_p50_ms": statistics.median(r["rt_ms"]["p50"] for r in rs),
             "rt_p99_ms": statistics.median(r["rt_ms"]["p99"] for r in rs),
             "rounds": [r["msgs_per_s"] for r in rs],
-            "vs_no_acl": statistics.median(
-                a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(rs, twin, strict=True)
-            ),
-            "p50_vs_no_acl": statistics.median(
-                a["rt_ms"]["p50"] / b["rt_ms"]["p50"] for a, b in zip(rs, twin, strict=True)
-            ),
+            "vs_no_acl": paired_ratio(rs, twin, lambda x: x["msgs_per_s"]),
+            "p50_vs_no_acl": paired_ratio(rs, twin, lambda x: x["rt_ms"]["p50"]),
             "client_cpu_us": sum(r["client_cpu_s"] for r in rs) / n * 1e6,
             "broker_cpu_us": sum(r["broker_cpu_s"] for r in rs) / n * 1e6,
         }

@@ -40,7 +40,6 @@ import contextlib
 import json
 import os
 import pathlib
-import resource
 import socket
 import statistics
 import subprocess
@@ -52,6 +51,7 @@ import urllib.request
 from typing import Any
 
 from bench import broker_load as bl
+from bench._runs import paired_ratio, pyrmq_json
 
 TOPIC = "BenchSendFeatures"
 QUEUES = 8
@@ -123,18 +123,11 @@ def produce(
     namesrv: str, mode: str, seconds: float, body: int, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """One `pyrmq bench produce` run: its JSON summary, plus the CPU seconds
-    the producer process used (`client_cpu_s`, from the children's rusage)."""
-    cmd = [sys.executable, "-m", "pyrmq", "bench", "produce", "-n", namesrv, "-t", TOPIC,
-           "--mode", mode, "-d", str(seconds), "-s", str(body), "-q", "--json", "-",
-           *extra]  # fmt: skip
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if out.returncode != 0:
-        raise RuntimeError(f"pyrmq bench produce --mode {mode} failed: {out.stderr[-2000:]}")
-    summary = dict(json.loads(out.stdout))
-    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-    summary["produce"]["client_cpu_s"] = cpu
+    the producer process used (``produce.client_cpu_s``)."""
+    summary = pyrmq_json("bench", "produce", "-n", namesrv, "-t", TOPIC, "--mode", mode,
+                         "-d", str(seconds), "-s", str(body), *extra,
+                         timeout=seconds + 120)  # fmt: skip
+    summary["produce"]["client_cpu_s"] = summary["client_cpu_s"]
     return summary
 
 
@@ -212,9 +205,7 @@ def run(
         twin = runs[CASES[case][2]]
         # the ratio of each round to its twin's in the same round, then the
         # median: rounds that the machine's load slowed alike cancel out
-        r["vs_plain"] = statistics.median(
-            a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(runs[case], twin, strict=True)
-        )
+        r["vs_plain"] = paired_ratio(runs[case], twin, lambda x: x["msgs_per_s"])
     result = {"seconds": seconds, "rounds": rounds, "body": body,
               "acked": sum(acked.values()), "in_topic": sum(in_topic.values()),
               "scrapes": scrapes[0], "scrape_bytes": scrapes[1],

@@ -27,47 +27,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import operator
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
+from bench._runs import paired_ratio, pyrmq_json
 from pyrmq.testing.certs import make_test_certs
 from pyrmq.testing.cluster import StandaloneProcess
 
 TOPIC = "TlsCost"
 QUEUES = 8
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process pid has used so far."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cli(*args: str, timeout: float, server_pid: int) -> dict[str, Any]:
-    """`python -m pyrmq ARGS --json -`: the summary, and the CPU seconds the
-    child used (client_cpu_s)."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    s0 = _cpu_s(server_pid)
-    out = subprocess.run(
-        [sys.executable, "-m", "pyrmq", *args, "-q", "--json", "-"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    server_cpu = _cpu_s(server_pid) - s0
-    if out.returncode != 0:
-        raise RuntimeError(f"pyrmq {' '.join(args[:2])} failed: {out.stderr[-2000:]}")
-    summary = dict(json.loads(out.stdout))
-    summary["client_cpu_s"] = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-    summary["server_cpu_s"] = server_cpu
-    return summary
 
 
 def run(
@@ -97,14 +70,14 @@ def run(
             )  # fmt: skip
             pid = int(srv.info["pid"])
             for on in (False, True):  # warm up both paths (imports, page cache, files)
-                _cli("bench", "produce", "-n", ns, "-t", TOPIC, "-d", "1", "-s", str(body),
+                pyrmq_json("bench", "produce", "-n", ns, "-t", TOPIC, "-d", "1", "-s", str(body),
                      *(tls if on else ()), timeout=120, server_pid=pid)  # fmt: skip
             rows: list[dict[str, Any]] = []
             for r in range(rounds):
                 order = [False, True] if r % 2 == 0 else [True, False]
                 row: dict[str, Any] = {}
                 for on in order:
-                    s = _cli(
+                    s = pyrmq_json(
                         "bench", "produce", "-n", ns, "-t", TOPIC, "--mode", "sync",
                         "-d", str(seconds), "-s", str(body), *(tls if on else ()),
                         timeout=seconds + 120, server_pid=pid,
@@ -118,7 +91,7 @@ def run(
                         "server_cpu_us_per_msg": 1e6 * s["server_cpu_s"] / max(p["messages"], 1),
                     }
                 for on in order:
-                    s = _cli(
+                    s = pyrmq_json(
                         "bench", "consume", "-n", ns, "-t", TOPIC, "--consumer", "pull",
                         "--from-beginning", "-b", "32", "-d", str(seconds),
                         *(tls if on else ()),
@@ -158,13 +131,13 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ),
     ):
         for f in fields:
-            plain = [r[f"{op}_plain"][f] for r in rows]
-            tls = [r[f"{op}_tls"][f] for r in rows]
-            ratios = [t / p for t, p in zip(tls, plain, strict=True) if p]
+            plain = [r[f"{op}_plain"] for r in rows]
+            tls = [r[f"{op}_tls"] for r in rows]
+            ratio = paired_ratio(tls, plain, operator.itemgetter(f))
             out[f"{op}.{f}"] = {
-                "plain": statistics.median(plain),
-                "tls": statistics.median(tls),
-                "tls_over_plain": round(statistics.median(ratios), 3) if ratios else None,
+                "plain": statistics.median(x[f] for x in plain),
+                "tls": statistics.median(x[f] for x in tls),
+                "tls_over_plain": round(ratio, 3) if ratio else None,
             }
     return {"median": out}
 

@@ -72,7 +72,7 @@ def test_a_sql92_consumer_gets_exactly_the_matching_messages(arun, tmp_path):
             assert 0 < len(wanted) < total
             async with Producer("PG-sql", c.namesrv_addr) as p:
                 for k in range(0, total, 200):
-                    await p.send(msgs[k : k + 200])
+                    await p.send_batch(msgs[k : k + 200])
             got: list[str] = []
 
             async def listener(batch: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
