@@ -1,6 +1,6 @@
 """Typed surface of rmqcore._core (checked against the module by a test)."""
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from mmap import mmap
 from typing import Any
 
@@ -264,8 +264,14 @@ class PubBuffer:
     dropped: int
     last_error: Exception | None
     def __init__(
-        self, group: str, send_ok: object, default_region: str, max_records: int
+        self,
+        group: str,
+        send_ok: object,
+        default_region: str,
+        max_records: int,
+        batch_records: int = 0,
+        on_batch: Callable[[], object] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def append(self, msg: Any, r: Any, store_host: str, began: int, cost: int) -> None: ...
-    def take(self, max_body: int) -> list[tuple[bytes, str]]: ...
+    def take(self, max_body: int, max_records: int = 0) -> list[tuple[bytes, str]]: ...

@@ -126,7 +126,10 @@ cdef class PubBuffer:
     a result without a region is in `default_region`. It never raises (it
     runs where a send is answered): a record beyond `max_records`, or one
     whose fields cannot be read, is counted in `dropped` and the last such
-    error kept in `last_error`."""
+    error kept in `last_error`. Every `batch_records`-th record appended
+    calls `on_batch()` (the dispatcher's wake-up: trace messages then go
+    out a batch at a time, not in one burst per flush interval); what it
+    raises is counted like an unreadable record."""
 
     cdef _TraceBuf body
     cdef _TraceBuf keys
@@ -137,10 +140,13 @@ cdef class PubBuffer:
     cdef object send_ok
     cdef object default_region
     cdef Py_ssize_t max_records
+    cdef Py_ssize_t batch_records
+    cdef object on_batch
     cdef public Py_ssize_t dropped
     cdef public object last_error
 
-    def __cinit__(self, group, send_ok, default_region, Py_ssize_t max_records):
+    def __cinit__(self, group, send_ok, default_region, Py_ssize_t max_records,
+                  Py_ssize_t batch_records=0, on_batch=None):
         self.body.p = self.keys.p = self.body_ends.p = self.key_ends.p = NULL
         self.body.n = self.keys.n = self.body_ends.n = self.key_ends.n = 0
         self.body.cap = self.keys.cap = self.body_ends.cap = self.key_ends.cap = 0
@@ -149,6 +155,8 @@ cdef class PubBuffer:
         self.send_ok = send_ok
         self.default_region = default_region
         self.max_records = max_records
+        self.batch_records = batch_records
+        self.on_batch = on_batch
         self.dropped = 0
         self.last_error = None
 
@@ -197,21 +205,29 @@ cdef class PubBuffer:
             self.last_error = e
             return
         self.count += 1
+        if self.batch_records > 0 and self.count % self.batch_records == 0 and self.on_batch is not None:
+            try:
+                self.on_batch()
+            except Exception as e:
+                self.dropped += 1
+                self.last_error = e
 
-    def take(self, Py_ssize_t max_body):
+    def take(self, Py_ssize_t max_body, Py_ssize_t max_records=0):
         """Every record appended, in bodies of at most `max_body` bytes (a
-        longer record alone in its own), emptied: a list of (body, keys),
-        keys space-separated, each once."""
+        longer record alone in its own) and, when `max_records` > 0, at
+        most that many records, emptied: a list of (body, keys), keys
+        space-separated, each once."""
         cdef list out = []
-        cdef Py_ssize_t i, start = 0, kstart = 0, end, prev = 0, kprev = 0
+        cdef Py_ssize_t i, start = 0, kstart = 0, end, prev = 0, kprev = 0, n = 0
         cdef Py_ssize_t *ends = <Py_ssize_t *>self.body_ends.p
         cdef Py_ssize_t *kends = <Py_ssize_t *>self.key_ends.p
         for i in range(self.count):
             end = ends[i]
-            if end - start > max_body and prev > start:
+            if prev > start and (end - start > max_body or n == max_records):
                 out.append(self._piece(start, prev, kstart, kprev))
-                start, kstart = prev, kprev
+                start, kstart, n = prev, kprev, 0
             prev, kprev = end, kends[i]
+            n += 1
         if prev > start:
             out.append(self._piece(start, prev, kstart, kprev))
         self.body.n = self.keys.n = self.body_ends.n = self.key_ends.n = 0

@@ -6,9 +6,10 @@ records (pyrmq.common.trace) to ``append``, which only queues them (a
 producer's Pub records go to ``append_pub``, written in C into a
 buffer as each send is answered, no Python object kept per send): a
 background task sends them, every ``flush_interval`` seconds or as soon as
-``batch_size`` are queued, as messages of at most ``max_body`` bytes to the
-trace topic through a Producer of its own (group
-``_INNER_TRACE_PRODUCER-<group>``), with send_async, uncompressed. Nothing a trace does
+``batch_size`` are queued, as messages of at most ``batch_size`` records
+and ``max_body`` bytes (RocketMQ's 100 and 128,000) to the trace topic
+through a Producer of its own (group ``_INNER_TRACE_PRODUCER-<group>``),
+with send_async, uncompressed. Nothing a trace does
 slows or fails the user's send or listener: a full queue
 (``max_pending``) drops records (counted in ``dropped``), a failed trace
 send is logged and counted (``failed``), and shutdown flushes for at most
@@ -44,7 +45,7 @@ class TraceDispatcher:
         group: str,
         trace_topic: str | None = None,
         *,
-        batch_size: int = 500,
+        batch_size: int = 100,
         max_body: int = 128_000,
         flush_interval: float = 0.1,
         max_pending: int = 20_000,
@@ -76,15 +77,21 @@ class TraceDispatcher:
         )
         #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
         self._pending: list[TraceRecord] = []
-        #: Pub records, written in C as each send is answered (the
-        #: flush_interval bounds how many wait: no wake-up per batch)
-        self._pubs = PubBuffer(group, SendStatus.SEND_OK, DEFAULT_REGION, max_pending)
+        #: a flush is scheduled on the loop (call_soon), not yet run
+        self._flush_scheduled = False
+        self._loop_ref: asyncio.AbstractEventLoop | None = None
+        #: Pub records, written in C as each send is answered; every
+        #: batch_size-th schedules a flush, so a busy producer's trace goes
+        #: out a batch at a time (a burst of large trace messages each
+        #: flush_interval would hold the broker from the user's sends)
+        self._pubs = PubBuffer(
+            group, SendStatus.SEND_OK, DEFAULT_REGION, max_pending, batch_size, self._flush_soon
+        )
         #: append_pub(message, send result, store host, began ms, cost ms):
         #: the Pub record of an answered send (never raises, never blocks;
         #: beyond max_pending, or unreadable, it is dropped and counted)
         self.append_pub = self._pubs.append
         self._pub_drops_logged = 0
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
         #: records dropped (queue full), trace messages sent and failed
@@ -94,9 +101,8 @@ class TraceDispatcher:
 
     async def start(self) -> None:
         await self.producer.start()
-        self._task = asyncio.get_running_loop().create_task(
-            self._loop(), name="pyrmq:trace:dispatch"
-        )
+        self._loop_ref = asyncio.get_running_loop()
+        self._task = self._loop_ref.create_task(self._loop(), name="pyrmq:trace:dispatch")
 
     @property
     def dropped(self) -> int:
@@ -111,24 +117,30 @@ class TraceDispatcher:
             return
         self._pending.append(record)
         if len(self._pending) >= self.batch_size:
-            self._wake.set()
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """A batch is ready: flush once the current callback is done (one
+        loop callback per batch, however many records arrive meanwhile)."""
+        if not self._flush_scheduled and self._loop_ref is not None:
+            self._flush_scheduled = True
+            self._loop_ref.call_soon(self._flush)
 
     async def _loop(self) -> None:
+        """What waits less than a batch goes out every flush_interval."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.flush_interval):
-                    await self._wake.wait()
-            self._wake.clear()
+            await asyncio.sleep(self.flush_interval)
             self._flush()
 
     def _flush(self) -> None:
+        self._flush_scheduled = False
         records, self._pending = self._pending, []
         body: list[str] = []
         size = 0
         keys: list[str] = []
         for r in records:
             data, rkeys = r.encode(), r.trace_keys()
-            if body and size + len(data) > self.max_body:
+            if body and (size + len(data) > self.max_body or len(body) == self.batch_size):
                 self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
                 body, size, keys = [], 0, []
             body.append(data)
@@ -137,7 +149,7 @@ class TraceDispatcher:
         if body:
             self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
         pubs = self._pubs
-        for data_b, keys_s in pubs.take(self.max_body):
+        for data_b, keys_s in pubs.take(self.max_body, self.batch_size):
             self._send(data_b, keys_s)
         if pubs.dropped != self._pub_drops_logged:
             log.warning(
@@ -169,6 +181,7 @@ class TraceDispatcher:
 
     async def shutdown(self) -> None:
         """Send what is queued (bounded in time), then stop."""
+        self._loop_ref = None  # no more flushes scheduled by a batch
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
