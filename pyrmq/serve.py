@@ -192,7 +192,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
-    async with Broker(bcfg, scfg, tls=tls) as broker:
+    async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
         _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics))
         await _until_signalled()
     return 0
@@ -232,7 +232,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         if args.auto_create_topic:
             overrides["autoCreateTopicEnable"] = args.auto_create_topic
         bcfg, scfg = load_broker_conf(args.config, overrides)
-        async with Broker(bcfg, scfg, tls=tls) as broker:
+        async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
             log.info(
                 "pyrmq standalone ready: name server %s, broker %s, store %s (%s). "
                 "Point clients at the name server %s. Ctrl-C stops.",

@@ -78,9 +78,13 @@ class Broker:
         store_config: MessageStoreConfig,
         *,
         tls: TlsConfig | None = None,
+        config_path: str | None = None,
     ) -> None:
         self.config = config
         self.store_config = store_config
+        #: the broker.conf it was started from (-c), where UPDATE_BROKER_CONFIG
+        #: writes accepted changes back; None: started from flags or defaults
+        self.config_path = config_path
         self.tls = tls
         if tls is not None:
             tls.server_context()  # a bad file fails now, before the store opens
@@ -496,7 +500,9 @@ class Broker:
     def _runtime_config(self, cm: ConsumerManageProcessor) -> BrokerRuntimeConfig:
         """The keys UPDATE_BROKER_CONFIG may change while the broker runs,
         bound to the components that read them."""
-        rc = BrokerRuntimeConfig(self.config, self.store_config, self._config_changed)
+        rc = BrokerRuntimeConfig(
+            self.config, self.store_config, self._config_changed, self.config_path
+        )
         sp, pp = self.send_processor, self.pull_processor
         rc.bind("brokerPermission", (sp, "broker_permission"), (pp, "broker_permission"))
         rc.bind("autoCreateSubscriptionGroup", (self.groups, "auto_create_subscription_group"))

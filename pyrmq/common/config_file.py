@@ -44,22 +44,34 @@ def _keep_backup(path: str) -> None:
 def write_json_atomic(path: str, data: Any, *, backup: bool = False) -> None:
     """Blocking: call from an executor thread, not the event loop. With
     backup, the file being replaced is kept as <path>.bak."""
+    write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), backup=backup)
+
+
+def write_bytes_atomic(path: str, raw: bytes, *, backup: bool = False, mode: int = 0o644) -> None:
+    """Blocking: raw becomes the whole of path, or (on any OSError, which is
+    raised) path keeps its old content: <path>.tmp written and fsynced,
+    renamed over path, the folder fsynced."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     if backup:
         _keep_backup(path)
     tmp = f"{path}.tmp"
-    raw = json.dumps(data, indent=1, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(raw)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, mode)  # exactly the old file's bits, whatever the umask
+            view = memoryview(raw)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     dfd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -105,6 +117,69 @@ def read_properties(path: str) -> dict[str, str]:
     return out
 
 
+def _property_key(line: str) -> tuple[str, int, int] | None:
+    """(key, start, end of the separator) of a key=value / key: value line
+    as read_properties reads it; None for blank, comment and other lines."""
+    s = line.strip()
+    if not s or s[0] in "#!":
+        return None
+    seps = [i for i in (line.find("="), line.find(":")) if i > 0]
+    if not seps:
+        return None
+    i = min(seps)
+    key = line[:i].strip()
+    return (key, i, i + 1) if key else None
+
+
+def update_properties_text(
+    text: str, changes: dict[str, str], spellings: dict[str, set[str]], note: str = ""
+) -> str:
+    """text (a .properties file) with changes (key -> new value) made in
+    place: every line whose key is a spelling of a changed key
+    (spellings[key], e.g. camelCase and snake_case) gets the new value after
+    its own key and separator; every other line, comment and blank stays as
+    it was. Keys no line sets are appended (after `note` as a # comment)."""
+    lines = text.splitlines(keepends=True)
+    owner = {key: key for key in changes}
+    owner.update({alias: key for key, names in spellings.items() for alias in names})
+    seen: set[str] = set()
+    for n, line in enumerate(lines):
+        parsed = _property_key(line)
+        if parsed is None:
+            continue
+        key = owner.get(parsed[0])
+        if key is None or key not in changes:
+            continue
+        head = line[: parsed[2]]
+        gap = line[parsed[2] : len(line) - len(line[parsed[2] :].lstrip(" \t"))]
+        end = "\r\n" if line.endswith("\r\n") else "\n"
+        lines[n] = f"{head}{gap}{changes[key]}{end}"
+        seen.add(key)
+    missing = [k for k in changes if k not in seen]
+    if missing:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        if note:
+            lines.append(f"# {note}\n")
+        lines += [f"{k}={changes[k]}\n" for k in missing]
+    return "".join(lines)
+
+
+def rewrite_properties_file(
+    path: str, changes: dict[str, str], spellings: dict[str, set[str]], note: str = ""
+) -> None:
+    """Blocking (an executor thread): update_properties_text on the file at
+    path, written atomically with its permission bits kept. OSError (the
+    file or its folder unreadable, unwritable, a full disk) leaves the file
+    as it was. A symbolic link is followed (the file it names is rewritten)."""
+    path = os.path.realpath(path)
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    mode = os.stat(path).st_mode & 0o7777
+    raw = update_properties_text(text, changes, spellings, note).encode("utf-8")
+    write_bytes_atomic(path, raw, mode=mode)
+
+
 class JsonStateFile:
     """A JSON state file saved from a snapshot function on one background
     thread (RocketMQ ConfigManager.persist). Every save of every file goes
@@ -117,6 +192,11 @@ class JsonStateFile:
     def __init__(self, path: str, snapshot: Any) -> None:
         self.path = path
         self._snapshot = snapshot
+
+    @classmethod
+    def executor(cls) -> Any:
+        """The one thread config files are written on, in order."""
+        return cls._pool()
 
     @classmethod
     def _pool(cls) -> Any:
