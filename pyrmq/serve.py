@@ -21,6 +21,7 @@ from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
+from pyrmq.namesrv.config import NamesrvRuntimeConfig
 from pyrmq.remoting import TlsConfig
 
 log = logging.getLogger("pyrmq")
@@ -163,7 +164,13 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     tls = _tls_config(props, args)
     metrics = _namesrv_metrics(args, props)
     async with NameServer(
-        args.host, port, kv_config_path=args.kv_config, tls=tls, metrics=metrics
+        args.host,
+        port,
+        kv_config_path=args.kv_config,
+        tls=tls,
+        metrics=metrics,
+        settings=NamesrvRuntimeConfig.settings_from_properties(props),
+        config_path=args.config,
     ) as ns:
         addr = f"{args.host}:{ns.port}"
         info = _metrics_info(ns.metrics)

@@ -26,28 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker.config import BrokerConfig
-from pyrmq.common.config_file import camel_case, rewrite_properties_file
+from pyrmq.common.config_file import (
+    camel_case,
+    parse_properties_text,
+    rewrite_properties_file,
+)
 from pyrmq.common.errors import ClientError, InvalidParameterError, NoPermissionError
 
 log = logging.getLogger("pyrmq.broker")
 
 Binding = tuple[Any, str]
-
-
-def parse_properties_text(text: str) -> dict[str, str]:
-    """Java Properties text (key=value lines, # comments); ValueError on a
-    line that is neither."""
-    out: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        seps = [i for i in (s.find("="), s.find(":")) if i > 0]
-        if not seps:
-            raise ValueError(f"line {n}: expected key=value, got {line!r}")
-        i = min(seps)
-        out[s[:i].strip()] = s[i + 1 :].strip()
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -96,25 +96,34 @@ def read_json(path: str) -> Any | None:
         ) from None
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """A Java .properties file (broker.conf): key=value or key: value per
-    line, # and ! comments, surrounding blanks trimmed."""
+def parse_properties_text(text: str) -> dict[str, str]:
+    """Java Properties text (key=value or key: value lines, # and !
+    comments, surrounding blanks trimmed); ValueError naming a line that is
+    neither."""
     out: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ClientError(f"cannot read config file {path}: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s or s[0] in "#!":
             continue
         seps = [i for i in (s.find("="), s.find(":")) if i > 0]
         if not seps:
-            raise ClientError(f"{path}:{n}: expected key=value, got {line!r}")
+            raise ValueError(f"line {n}: expected key=value, got {line!r}")
         i = min(seps)
         out[s[:i].strip()] = s[i + 1 :].strip()
     return out
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java .properties file (broker.conf), as parse_properties_text reads it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ClientError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return parse_properties_text(text)
+    except ValueError as e:
+        raise ClientError(f"{path}:{str(e).removeprefix('line ')}") from None
 
 
 def _property_key(line: str) -> tuple[str, int, int] | None:

@@ -127,3 +127,81 @@ def test_update_broker_config_without_a_file_says_so(arun, tmp_path):
             assert r.code == R.SUCCESS and not r.remark, r
 
     arun(main())
+
+
+def test_namesrv_config_get_and_update(arun, tmp_path):
+    from pyrmq.common.config_file import read_properties
+    from pyrmq.namesrv.config import NamesrvRuntimeConfig
+
+    path = str(tmp_path / "namesrv.conf")
+    with open(path, "w") as f:
+        f.write("# my name server\nlistenPort=0\nenableTopicList = true\n")
+
+    def start() -> NameServer:
+        props = read_properties(path)
+        return NameServer(
+            "127.0.0.1",
+            0,
+            settings=NamesrvRuntimeConfig.settings_from_properties(props),
+            config_path=path,
+        )
+
+    async def main() -> None:
+        cl = RemotingClient(name="itest")
+        try:
+            async with start() as ns:
+                n = f"127.0.0.1:{ns.port}"
+                r = await simple(cl, n, RC.GET_NAMESRV_CONFIG)
+                assert r.code == R.SUCCESS, r
+                conf = _conf(r)
+                assert conf["listenPort"] == str(ns.port) and conf["configStorePath"] == path
+                assert conf["enableAllTopicList"] == "true" and conf["enableTopicList"] == "true"
+                assert conf["scanNotActiveBrokerInterval"] == "10000"
+                body = b"enableAllTopicList=false\nenableTopicList=false\n"
+                r = await simple(cl, n, RC.UPDATE_NAMESRV_CONFIG, body=body)
+                assert r.code == R.SUCCESS and not r.remark, r
+                # both take effect at once, with RocketMQ's answer
+                r = await simple(cl, n, RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+                assert r.code == R.SYSTEM_ERROR and r.remark == "disable", r
+                r = await simple(cl, n, RC.GET_TOPICS_BY_CLUSTER, cluster="DefaultCluster")
+                assert r.code == R.SYSTEM_ERROR and r.remark == "disable", r
+                text = _read(path)
+                assert text.startswith("# my name server\nlistenPort=0\nenableTopicList = false\n")
+                assert text.rstrip().endswith("enableAllTopicList=false")
+                # refused: keys read at start, unknown keys, bad values, junk
+                before = _read(path)
+                for body, code, word in (
+                    (b"listenPort=1\nenableTopicList=true", R.NO_PERMISSION, "listenPort"),
+                    (b"kvConfigPath=/tmp/kv", R.NO_PERMISSION, "kvConfigPath"),
+                    (b"noSuchKey=1", R.INVALID_PARAMETER, "noSuchKey"),
+                    (b"enableTopicList=yes", R.INVALID_PARAMETER, "enableTopicList"),
+                    (b"scanNotActiveBrokerInterval=1", R.INVALID_PARAMETER, "100"),
+                    (b"garbage line", R.INVALID_PARAMETER, "string2Properties"),
+                    (b"", R.INVALID_PARAMETER, "no config key"),
+                    (b"\xff\xfe=1", R.INVALID_PARAMETER, "string2Properties"),
+                ):
+                    r = await simple(cl, n, RC.UPDATE_NAMESRV_CONFIG, body=body)
+                    assert r.code == code and word in r.remark, (body, r)
+                assert _read(path) == before
+                assert _conf(await simple(cl, n, RC.GET_NAMESRV_CONFIG))["enableTopicList"] == (
+                    "false"
+                )
+                r = await simple(cl, n, RC.UPDATE_NAMESRV_CONFIG,
+                                 body=b"scanNotActiveBrokerInterval=2000")  # fmt: skip
+                assert r.code == R.SUCCESS and ns.scan_interval == 2.0, r
+            # a restart from the file has the changed values
+            async with start() as ns:
+                n = f"127.0.0.1:{ns.port}"
+                conf = _conf(await simple(cl, n, RC.GET_NAMESRV_CONFIG))
+                assert conf["enableAllTopicList"] == "false"
+                assert conf["enableTopicList"] == "false"
+                assert conf["scanNotActiveBrokerInterval"] == "2000"
+            # no file: memory only, and the answer says so
+            async with NameServer("127.0.0.1", 0) as ns:
+                n = f"127.0.0.1:{ns.port}"
+                r = await simple(cl, n, RC.UPDATE_NAMESRV_CONFIG, body=b"enableTopicList=false")
+                assert r.code == R.SUCCESS and "in memory only" in r.remark, r
+        finally:
+            await cl.shutdown()
+
+    arun(main())
