@@ -23,6 +23,7 @@ from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.admin_groups import AdminGroupProcessor
+from pyrmq.broker.processor.admin_queue import AdminQueueProcessor
 from pyrmq.broker.processor.admin_stats import AdminStatsProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
@@ -360,6 +361,8 @@ class Broker:
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, admin.invoke_broker_to_reset_offset
         )
         self._register_admin(server, groups_admin, stats_admin)
+        queue_admin = AdminQueueProcessor(store, self.topics, self.consumers)
+        server.register(RequestCode.QUERY_CONSUME_QUEUE, queue_admin.query_consume_queue)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.roles.role_changed)
