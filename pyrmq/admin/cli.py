@@ -52,6 +52,7 @@ from pyrmq.admin.cli_common import (
     topic_opt,
 )
 from pyrmq.admin.cli_groups import GROUP_COMMANDS
+from pyrmq.admin.cli_namesrv import NAMESRV_COMMANDS
 from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
@@ -566,6 +567,7 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
     ),
     *GROUP_COMMANDS,
     *BROKER_COMMANDS,
+    *NAMESRV_COMMANDS,
 ]
 
 
