@@ -36,8 +36,10 @@ def add_arguments(sub: Any) -> None:
         "-c",
         "--config",
         default=None,
-        help="namesrv.conf: listenPort, and enableControllerInNamesrv=true with the "
-        "controller keys to serve a controller on the name server's port",
+        help="namesrv.conf: listenPort, enableAllTopicList, enableTopicList, "
+        "scanNotActiveBrokerInterval (updateNamesrvConfig writes changes back here), and "
+        "enableControllerInNamesrv=true with the controller keys to serve a controller on "
+        "the name server's port",
     )
     _add_tls_argument(ns)
     ns.add_argument(

@@ -14,7 +14,10 @@ command also answers to a dashed lower-case alias (update-topic, topic-list,
 --access-key/--secret-key (ACL: the account requests are signed with;
 default $ROCKETMQ_ACCESS_KEY and $ROCKETMQ_SECRET_KEY, none when unset). The
 ACL commands (updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr,
-clusterAclConfigVersion) are in acl_cli.py.
+clusterAclConfigVersion) are in acl_cli.py, the group commands in
+cli_groups.py, the broker, stats and message tools in cli_broker.py, the
+name server ones (getNamesrvConfig, updateNamesrvConfig, wipeWritePerm,
+addWritePerm) in cli_namesrv.py.
 
 A failure (a broker's refusal, an unreachable name server, a bad argument)
 prints one line, `error: ...`, on stderr and exits with status 1."""
