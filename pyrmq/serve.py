@@ -21,6 +21,7 @@ from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
+from pyrmq.namesrv.config import NamesrvRuntimeConfig
 from pyrmq.remoting import TlsConfig
 
 log = logging.getLogger("pyrmq")
@@ -35,8 +36,10 @@ def add_arguments(sub: Any) -> None:
         "-c",
         "--config",
         default=None,
-        help="namesrv.conf: listenPort, and enableControllerInNamesrv=true with the "
-        "controller keys to serve a controller on the name server's port",
+        help="namesrv.conf: listenPort, enableAllTopicList, enableTopicList, "
+        "scanNotActiveBrokerInterval (updateNamesrvConfig writes changes back here), and "
+        "enableControllerInNamesrv=true with the controller keys to serve a controller on "
+        "the name server's port",
     )
     _add_tls_argument(ns)
     ns.add_argument(
@@ -163,7 +166,13 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     tls = _tls_config(props, args)
     metrics = _namesrv_metrics(args, props)
     async with NameServer(
-        args.host, port, kv_config_path=args.kv_config, tls=tls, metrics=metrics
+        args.host,
+        port,
+        kv_config_path=args.kv_config,
+        tls=tls,
+        metrics=metrics,
+        settings=NamesrvRuntimeConfig.settings_from_properties(props),
+        config_path=args.config,
     ) as ns:
         addr = f"{args.host}:{ns.port}"
         info = _metrics_info(ns.metrics)
@@ -192,7 +201,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
-    async with Broker(bcfg, scfg, tls=tls) as broker:
+    async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
         _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics))
         await _until_signalled()
     return 0
@@ -232,7 +241,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         if args.auto_create_topic:
             overrides["autoCreateTopicEnable"] = args.auto_create_topic
         bcfg, scfg = load_broker_conf(args.config, overrides)
-        async with Broker(bcfg, scfg, tls=tls) as broker:
+        async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
             log.info(
                 "pyrmq standalone ready: name server %s, broker %s, store %s (%s). "
                 "Point clients at the name server %s. Ctrl-C stops.",

@@ -14,7 +14,10 @@ command also answers to a dashed lower-case alias (update-topic, topic-list,
 --access-key/--secret-key (ACL: the account requests are signed with;
 default $ROCKETMQ_ACCESS_KEY and $ROCKETMQ_SECRET_KEY, none when unset). The
 ACL commands (updateAclConfig, deleteAclConfig, updateGlobalWhiteAddr,
-clusterAclConfigVersion) are in acl_cli.py.
+clusterAclConfigVersion) are in acl_cli.py, the group commands in
+cli_groups.py, the broker, stats and message tools in cli_broker.py, the
+name server ones (getNamesrvConfig, updateNamesrvConfig, wipeWritePerm,
+addWritePerm) in cli_namesrv.py.
 
 A failure (a broker's refusal, an unreachable name server, a bad argument)
 prints one line, `error: ...`, on stderr and exits with status 1."""
@@ -52,6 +55,7 @@ from pyrmq.admin.cli_common import (
     topic_opt,
 )
 from pyrmq.admin.cli_groups import GROUP_COMMANDS
+from pyrmq.admin.cli_namesrv import NAMESRV_COMMANDS
 from pyrmq.admin.client import AdminClient
 from pyrmq.admin.results import as_json, message_as_dict, send_result_as_dict
 from pyrmq.common.errors import ClientError, QueryNotFoundError, RMQError
@@ -566,6 +570,7 @@ COMMANDS: list[tuple[str, str, str, Callable[[argparse.ArgumentParser], None], R
     ),
     *GROUP_COMMANDS,
     *BROKER_COMMANDS,
+    *NAMESRV_COMMANDS,
 ]
 
 

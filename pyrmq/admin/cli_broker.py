@@ -3,7 +3,7 @@ message tools (mqadmin 4.9's names and options): getBrokerConfig,
 updateBrokerConfig, statsAll, topicClusterList, updateTopicPerm,
 updateKvConfig, deleteKvConfig, updateOrderConf, sendMsgStatus,
 checkMsgSendRT, clusterRT, printMsg, printMsgByQueue, queryMsgByUniqueKey,
-allocateMQ."""
+queryCq, allocateMQ."""
 
 from __future__ import annotations
 
@@ -51,9 +51,51 @@ def _setup_update_broker_config(p: argparse.ArgumentParser) -> None:
 
 
 async def _update_broker_config(admin: AdminClient, a: argparse.Namespace) -> Output:
-    addrs = await admin.update_broker_config({a.key: a.value}, a.broker_addr, a.cluster)
-    text = "\n".join(f"update broker config success, {b}" for b in addrs)
-    return Output({"brokers": addrs, "key": a.key, "value": a.value}, text)
+    remarks: dict[str, str] = {}
+    addrs = await admin.update_broker_config({a.key: a.value}, a.broker_addr, a.cluster, remarks)
+    text = "\n".join(
+        f"update broker config success, {b}" + (f" ({remarks[b]})" if b in remarks else "")
+        for b in addrs
+    )
+    data = {"brokers": addrs, "key": a.key, "value": a.value, "remarks": remarks}
+    return Output(data, text)
+
+
+def _setup_query_cq(p: argparse.ArgumentParser) -> None:
+    topic_opt(p)
+    opt(p, "-q", "queue", dest="queue_id", type=int, required=True, help="queue id, ie. 1")
+    opt(p, "-i", "index", type=int, required=True, help="start queue index")
+    opt(p, "-c", "count", type=positive_int, default=10, help="how many (10; at most 1000)")
+    opt(p, "-b", "broker", dest="broker_addr",
+        help="broker address (default: the topic's first broker's master)")  # fmt: skip
+    opt(p, "-g", "consumer", dest="group", help="consumer group: its subscription and eval")
+
+
+async def _query_cq(admin: AdminClient, a: argparse.Namespace) -> Output:
+    addr = a.broker_addr
+    if not addr:
+        route = await admin.topic_route(a.topic)
+        addr = next((bd.broker_addrs[0] for bd in route.broker_datas if 0 in bd.broker_addrs),
+                    None)  # fmt: skip
+        if addr is None:
+            raise ClientError(f"No topic route data: no master serves {a.topic}")
+    r = await admin.query_consume_queue(addr, a.topic, a.queue_id, a.index, a.count, a.group)
+    parts = []
+    if r.get("subscriptionData") is not None:
+        parts.append("Subscription data: \n" + json.dumps(r["subscriptionData"], indent=2))
+    if r.get("filterData") is not None:
+        parts.append(f"Filter data: \n{r['filterData']}")
+    parts.append(f"Queue data: \nmax: {r.get('maxQueueIndex', 0)}, "
+                 f"min: {r.get('minQueueIndex', 0)}")  # fmt: skip
+    units = r.get("queueData") or []
+    rows = [(a.index + i, u.get("physicOffset"), u.get("physicSize"), u.get("tagsCode"),
+             str(u.get("eval", False)).lower()) for i, u in enumerate(units)]  # fmt: skip
+    parts.append(table(["idx", "physicOffset", "physicSize", "tagsCode", "eval"], rows))
+    if r.get("remark"):
+        parts.append(r["remark"])
+    return Output(
+        dict(r, brokerAddr=addr), "\n======================================\n".join(parts)
+    )
 
 
 def _setup_stats_all(p: argparse.ArgumentParser) -> None:
@@ -334,6 +376,8 @@ BROKER_COMMANDS: list[tuple[str, str, str, Setup, Any]] = [
      _setup_print_msg_by_queue, _print_msg_by_queue),
     ("queryMsgByUniqueKey", "query-msg-by-unique-key", "a message by its id (UNIQ_KEY)",
      _setup_query_msg_by_unique_key, _query_msg_by_unique_key),
+    ("queryCq", "query-cq", "a queue's ConsumeQueue units from an index",
+     _setup_query_cq, _query_cq),
     ("allocateMQ", "allocate-mq", "how a topic's queues split over consumers (averagely)",
      _setup_allocate_mq, _allocate_mq),
 ]  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyrmq.common import fastjson
+from pyrmq.common.config_file import parse_properties_text
 from pyrmq.common.errors import (
     BrokerError,
     ClientError,
@@ -274,16 +275,39 @@ class AdminOps:
         settings: dict[str, str],
         broker_addr: str | None = None,
         cluster: str | None = None,
+        remarks: dict[str, str] | None = None,
     ) -> list[str]:
         """Change settings of one broker or every master of a cluster while
-        they run; the brokers changed."""
+        they run; the brokers changed. remarks gets each broker's note (a
+        broker started without a config file keeps the change in memory)."""
         if not settings:
             raise ClientError("no setting to update")
         body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
         addrs = await self._targets(broker_addr, cluster)
         for addr in addrs:
-            await self._request(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+            resp = await self._request(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+            if remarks is not None and resp.remark:
+                remarks[addr] = resp.remark
         return addrs
+
+    async def query_consume_queue(
+        self,
+        broker_addr: str,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int,
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        """QueryConsumeQueueResponseBody of one queue (QUERY_CONSUME_QUEUE),
+        plus "remark": the broker's note (an index outside the queue)."""
+        fields = {"topic": topic, "queueId": str(queue_id), "index": str(index),
+                  "count": str(count)}  # fmt: skip
+        if group:
+            fields["consumerGroup"] = group
+        resp = await self._request(broker_addr, RequestCode.QUERY_CONSUME_QUEUE, fields)
+        body = _body(resp, "QueryConsumeQueueResponseBody", broker_addr) if resp.body else {}
+        return dict(body, remark=resp.remark or "")
 
     # -- requests answered by a consumer ---------------------------------------------------
 
@@ -434,6 +458,64 @@ class AdminOps:
         return await self._each_namesrv(
             RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key}
         )
+
+    async def _namesrv_request(
+        self, ns: str, code: int, fields: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        cmd = RemotingCommand(code, dict(fields or {}), body)
+        resp = await self.api.remoting.invoke(ns, cmd, self.timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError.from_response(resp.code, resp.remark, ns)
+        return resp
+
+    def _namesrvs(self, addrs: Sequence[str] | None) -> list[str]:
+        return list(addrs) if addrs else list(self.api.namesrv_addrs)
+
+    async def get_namesrv_config(
+        self, addrs: Sequence[str] | None = None
+    ) -> dict[str, dict[str, str]]:
+        """Each name server's settings (GET_NAMESRV_CONFIG), by address."""
+        out = {}
+        for ns in self._namesrvs(addrs):
+            resp = await self._namesrv_request(ns, RequestCode.GET_NAMESRV_CONFIG)
+            text = resp.body.decode("utf-8", "replace")
+            try:
+                out[ns] = parse_properties_text(text)
+            except ValueError as e:
+                raise RemotingError(f"{ns} sent a malformed config: {e}") from None
+        return out
+
+    async def update_namesrv_config(
+        self, settings: dict[str, str], addrs: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        """Change settings of each name server (UPDATE_NAMESRV_CONFIG); each
+        one's remark by address ("" when none)."""
+        if not settings:
+            raise ClientError("no setting to update")
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        out = {}
+        for ns in self._namesrvs(addrs):
+            resp = await self._namesrv_request(ns, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+            out[ns] = resp.remark or ""
+        return out
+
+    async def write_perm_of_broker(self, broker_name: str, *, wipe: bool) -> list[dict[str, Any]]:
+        """WIPE_WRITE_PERM_OF_BROKER (wipe) or ADD_WRITE_PERM_OF_BROKER on
+        every name server: [{nameServer, wipeTopicCount|addTopicCount,
+        remark}]."""
+        code = (
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER if wipe else RequestCode.ADD_WRITE_PERM_OF_BROKER
+        )
+        key = "wipeTopicCount" if wipe else "addTopicCount"
+        out = []
+        for ns in self._namesrvs(None):
+            resp = await self._namesrv_request(ns, code, {"brokerName": broker_name})
+            try:
+                count = int(resp.ext_fields.get(key, "0"))
+            except ValueError:
+                raise RemotingError(f"{ns} sent a malformed {key}") from None
+            out.append({"nameServer": ns, key: count, "remark": resp.remark or ""})
+        return out
 
     async def _each_namesrv(self, code: int, fields: dict[str, str]) -> list[str]:
         addrs: Sequence[str] = self.api.namesrv_addrs

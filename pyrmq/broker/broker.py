@@ -23,6 +23,7 @@ from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.admin_groups import AdminGroupProcessor
+from pyrmq.broker.processor.admin_queue import AdminQueueProcessor
 from pyrmq.broker.processor.admin_stats import AdminStatsProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
@@ -78,9 +79,13 @@ class Broker:
         store_config: MessageStoreConfig,
         *,
         tls: TlsConfig | None = None,
+        config_path: str | None = None,
     ) -> None:
         self.config = config
         self.store_config = store_config
+        #: the broker.conf it was started from (-c), where UPDATE_BROKER_CONFIG
+        #: writes accepted changes back; None: started from flags or defaults
+        self.config_path = config_path
         self.tls = tls
         if tls is not None:
             tls.server_context()  # a bad file fails now, before the store opens
@@ -356,6 +361,8 @@ class Broker:
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, admin.invoke_broker_to_reset_offset
         )
         self._register_admin(server, groups_admin, stats_admin)
+        queue_admin = AdminQueueProcessor(store, self.topics, self.consumers)
+        server.register(RequestCode.QUERY_CONSUME_QUEUE, queue_admin.query_consume_queue)
         server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, self._all_consumer_offsets)
         server.register(RequestCode.GET_ALL_DELAY_OFFSET, self._all_delay_offsets)
         server.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.roles.role_changed)
@@ -496,7 +503,9 @@ class Broker:
     def _runtime_config(self, cm: ConsumerManageProcessor) -> BrokerRuntimeConfig:
         """The keys UPDATE_BROKER_CONFIG may change while the broker runs,
         bound to the components that read them."""
-        rc = BrokerRuntimeConfig(self.config, self.store_config, self._config_changed)
+        rc = BrokerRuntimeConfig(
+            self.config, self.store_config, self._config_changed, self.config_path
+        )
         sp, pp = self.send_processor, self.pull_processor
         rc.bind("brokerPermission", (sp, "broker_permission"), (pp, "broker_permission"))
         rc.bind("autoCreateSubscriptionGroup", (self.groups, "auto_create_subscription_group"))

@@ -7,7 +7,14 @@ A runtime key is bound to the attributes of the components that read it
 an update sets them at once, and the broker's BrokerConfig is replaced by
 one with the new values (validated as broker.conf is). An update naming any
 other key changes nothing and is refused, the remark naming the keys: those
-are read once, at start (set them in broker.conf and restart)."""
+are read once, at start (set them in broker.conf and restart).
+
+A broker started from a config file (`-c broker.conf`) writes an accepted
+update back into that file (persist: the changed keys' lines rewritten in
+place, everything else kept), so a restart keeps it: RocketMQ's
+Configuration.persist. Without a file the update lives in memory only
+(RocketMQ would write ~/store/config/broker.properties, which nothing reads
+back unless it is passed as -c)."""
 
 from __future__ import annotations
 
@@ -19,7 +26,11 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.broker.config import BrokerConfig
-from pyrmq.common.config_file import camel_case
+from pyrmq.common.config_file import (
+    camel_case,
+    parse_properties_text,
+    rewrite_properties_file,
+)
 from pyrmq.common.errors import ClientError, InvalidParameterError, NoPermissionError
 
 log = logging.getLogger("pyrmq.broker")
@@ -27,20 +38,13 @@ log = logging.getLogger("pyrmq.broker")
 Binding = tuple[Any, str]
 
 
-def parse_properties_text(text: str) -> dict[str, str]:
-    """Java Properties text (key=value lines, # comments); ValueError on a
-    line that is neither."""
-    out: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        seps = [i for i in (s.find("="), s.find(":")) if i > 0]
-        if not seps:
-            raise ValueError(f"line {n}: expected key=value, got {line!r}")
-        i = min(seps)
-        out[s[:i].strip()] = s[i + 1 :].strip()
-    return out
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigUpdate:
+    """A checked UPDATE_BROKER_CONFIG: the BrokerConfig it makes and the
+    keys whose value it changes (camelCase -> new value as text)."""
+
+    config: BrokerConfig
+    changed: dict[str, str]
 
 
 def _text(v: Any) -> str:
@@ -53,8 +57,12 @@ class BrokerRuntimeConfig:
         config: BrokerConfig,
         store_config: Any,
         on_change: Callable[[BrokerConfig, set[str]], None] | None = None,
+        config_path: str | None = None,
     ) -> None:
         self.config = config
+        #: the broker.conf the broker was started from (-c): accepted
+        #: updates are written back into it; None: they live in memory only
+        self.config_path = config_path
         self.store_config = store_config
         self._on_change = on_change
         self._bindings: dict[str, tuple[str, list[Binding]]] = {}
@@ -73,8 +81,10 @@ class BrokerRuntimeConfig:
         return sorted(self._bindings)
 
     def properties(self) -> dict[str, str]:
-        """Every setting, camelCase key -> text, as getBrokerConfig lists them."""
-        out = {}
+        """Every setting, camelCase key -> text, as getBrokerConfig lists them
+        (brokerConfigPath: the file updates are written to, as RocketMQ
+        shows it; empty when there is none)."""
+        out = {"brokerConfigPath": self.config_path or ""}
         for obj in (self.config, self.store_config):
             for f in dataclasses.fields(obj):
                 out[camel_case(f.name)] = _text(getattr(obj, f.name))
@@ -89,11 +99,11 @@ class BrokerRuntimeConfig:
             separators=(",", ":"),
         )
 
-    def update(self, changes: dict[str, str]) -> list[str]:
-        """Apply changes (camelCase keys); the keys that changed. Raises
-        NoPermissionError naming the keys that cannot change at runtime,
-        InvalidParameterError for unknown keys or values broker.conf would
-        refuse; nothing changes then."""
+    def prepare(self, changes: dict[str, str]) -> ConfigUpdate:
+        """What changes would do (camelCase keys), nothing changed yet.
+        Raises NoPermissionError naming the keys that cannot change at
+        runtime, InvalidParameterError for unknown keys or values broker.conf
+        would refuse."""
         known = set(self.properties())
         unknown = sorted(k for k in changes if k not in known)
         if unknown:
@@ -112,27 +122,53 @@ class BrokerRuntimeConfig:
             new = BrokerConfig.from_properties({**current, **changes})
         except (ClientError, ValueError, TypeError) as e:
             raise InvalidParameterError(f"bad broker config value: {e}") from None
-        changed = set()
+        changed = {}
         for key in changes:
-            name, targets = self._bindings[key]
+            name = self._bindings[key][0]
             value = getattr(new, name)
-            if value == getattr(self.config, name):
-                continue
+            if value != getattr(self.config, name):
+                changed[key] = _text(value)
+        return ConfigUpdate(new, changed)
+
+    def apply(self, update: ConfigUpdate) -> list[str]:
+        """Set what prepare found changed on the bound components; the keys."""
+        if not update.changed:
+            return []
+        for key in update.changed:
+            name, targets = self._bindings[key]
             for obj, attr in targets:
-                setattr(obj, attr, value)
-            changed.add(key)
-        if changed:
-            log.info(
-                "broker config updated at runtime: %s", {k: changes[k] for k in sorted(changed)}
-            )
-            self.config = new
-            self.data_version = {
-                "timestamp": int(time.time() * 1000),
-                "counter": self.data_version["counter"] + 1,
-            }
-            if self._on_change is not None:
-                self._on_change(new, changed)
-        return sorted(changed)
+                setattr(obj, attr, getattr(update.config, name))
+        log.info("broker config updated at runtime: %s", update.changed)
+        self.config = update.config
+        self.data_version = {
+            "timestamp": int(time.time() * 1000),
+            "counter": self.data_version["counter"] + 1,
+        }
+        if self._on_change is not None:
+            self._on_change(update.config, set(update.changed))
+        return sorted(update.changed)
+
+    def update(self, changes: dict[str, str]) -> list[str]:
+        """prepare then apply, in memory only; the keys that changed."""
+        return self.apply(self.prepare(changes))
+
+    def persist(self, update: ConfigUpdate) -> None:
+        """Blocking (an executor thread): the changed keys written into the
+        broker's config file in place (rewrite_properties_file), as
+        RocketMQ's Configuration.persist writes its brokerConfigPath. OSError
+        when that fails; the file is then as it was."""
+        if self.config_path is None or not update.changed:
+            return
+        spellings = {}
+        for key in update.changed:
+            name = self._bindings[key][0]
+            spellings[key] = {name} | ({camel_case(name[:-3])} if name.endswith("_ms") else set())
+        rewrite_properties_file(
+            self.config_path,
+            update.changed,
+            spellings,
+            note=f"set by updateBrokerConfig {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        )
 
 
-__all__ = ["BrokerRuntimeConfig", "parse_properties_text"]
+__all__ = ["BrokerRuntimeConfig", "ConfigUpdate", "parse_properties_text"]

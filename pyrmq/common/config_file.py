@@ -44,22 +44,34 @@ def _keep_backup(path: str) -> None:
 def write_json_atomic(path: str, data: Any, *, backup: bool = False) -> None:
     """Blocking: call from an executor thread, not the event loop. With
     backup, the file being replaced is kept as <path>.bak."""
+    write_bytes_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), backup=backup)
+
+
+def write_bytes_atomic(path: str, raw: bytes, *, backup: bool = False, mode: int = 0o644) -> None:
+    """Blocking: raw becomes the whole of path, or (on any OSError, which is
+    raised) path keeps its old content: <path>.tmp written and fsynced,
+    renamed over path, the folder fsynced."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     if backup:
         _keep_backup(path)
     tmp = f"{path}.tmp"
-    raw = json.dumps(data, indent=1, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(raw)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, mode)  # exactly the old file's bits, whatever the umask
+            view = memoryview(raw)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     dfd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -84,25 +96,97 @@ def read_json(path: str) -> Any | None:
         ) from None
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """A Java .properties file (broker.conf): key=value or key: value per
-    line, # and ! comments, surrounding blanks trimmed."""
+def parse_properties_text(text: str) -> dict[str, str]:
+    """Java Properties text (key=value or key: value lines, # and !
+    comments, surrounding blanks trimmed); ValueError naming a line that is
+    neither."""
     out: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ClientError(f"cannot read config file {path}: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s or s[0] in "#!":
             continue
         seps = [i for i in (s.find("="), s.find(":")) if i > 0]
         if not seps:
-            raise ClientError(f"{path}:{n}: expected key=value, got {line!r}")
+            raise ValueError(f"line {n}: expected key=value, got {line!r}")
         i = min(seps)
         out[s[:i].strip()] = s[i + 1 :].strip()
     return out
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java .properties file (broker.conf), as parse_properties_text reads it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ClientError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        return parse_properties_text(text)
+    except ValueError as e:
+        raise ClientError(f"{path}:{str(e).removeprefix('line ')}") from None
+
+
+def _property_key(line: str) -> tuple[str, int, int] | None:
+    """(key, start, end of the separator) of a key=value / key: value line
+    as read_properties reads it; None for blank, comment and other lines."""
+    s = line.strip()
+    if not s or s[0] in "#!":
+        return None
+    seps = [i for i in (line.find("="), line.find(":")) if i > 0]
+    if not seps:
+        return None
+    i = min(seps)
+    key = line[:i].strip()
+    return (key, i, i + 1) if key else None
+
+
+def update_properties_text(
+    text: str, changes: dict[str, str], spellings: dict[str, set[str]], note: str = ""
+) -> str:
+    """text (a .properties file) with changes (key -> new value) made in
+    place: every line whose key is a spelling of a changed key
+    (spellings[key], e.g. camelCase and snake_case) gets the new value after
+    its own key and separator; every other line, comment and blank stays as
+    it was. Keys no line sets are appended (after `note` as a # comment)."""
+    lines = text.splitlines(keepends=True)
+    owner = {key: key for key in changes}
+    owner.update({alias: key for key, names in spellings.items() for alias in names})
+    seen: set[str] = set()
+    for n, line in enumerate(lines):
+        parsed = _property_key(line)
+        if parsed is None:
+            continue
+        key = owner.get(parsed[0])
+        if key is None or key not in changes:
+            continue
+        head = line[: parsed[2]]
+        gap = line[parsed[2] : len(line) - len(line[parsed[2] :].lstrip(" \t"))]
+        end = "\r\n" if line.endswith("\r\n") else "\n"
+        lines[n] = f"{head}{gap}{changes[key]}{end}"
+        seen.add(key)
+    missing = [k for k in changes if k not in seen]
+    if missing:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        if note:
+            lines.append(f"# {note}\n")
+        lines += [f"{k}={changes[k]}\n" for k in missing]
+    return "".join(lines)
+
+
+def rewrite_properties_file(
+    path: str, changes: dict[str, str], spellings: dict[str, set[str]], note: str = ""
+) -> None:
+    """Blocking (an executor thread): update_properties_text on the file at
+    path, written atomically with its permission bits kept. OSError (the
+    file or its folder unreadable, unwritable, a full disk) leaves the file
+    as it was. A symbolic link is followed (the file it names is rewritten)."""
+    path = os.path.realpath(path)
+    with open(path, encoding="utf-8", newline="") as f:
+        text = f.read()
+    mode = os.stat(path).st_mode & 0o7777
+    raw = update_properties_text(text, changes, spellings, note).encode("utf-8")
+    write_bytes_atomic(path, raw, mode=mode)
 
 
 class JsonStateFile:
@@ -117,6 +201,11 @@ class JsonStateFile:
     def __init__(self, path: str, snapshot: Any) -> None:
         self.path = path
         self._snapshot = snapshot
+
+    @classmethod
+    def executor(cls) -> Any:
+        """The one thread config files are written on, in order."""
+        return cls._pool()
 
     @classmethod
     def _pool(cls) -> Any:

@@ -264,6 +264,19 @@ class RouteInfoManager:
             addr = addr or bd.broker_addrs.get(0, "") or next(iter(bd.broker_addrs.values()), "")
         return sorted(topics), addr
 
+    def operate_write_perm(self, broker_name: str, *, wipe: bool) -> int:
+        """wipe: every queue data of broker_name loses PERM_WRITE; else each
+        becomes PERM_READ | PERM_WRITE (RocketMQ's operateWritePermOfBroker,
+        which drops any other bit too). The number of topics it touched."""
+        count = 0
+        for queues in self.topic_queue_table.values():
+            qd = queues.get(broker_name)
+            if qd is None:
+                continue
+            qd.perm = qd.perm & ~PERM_WRITE if wipe else PERM_READ | PERM_WRITE
+            count += 1
+        return count
+
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)
 

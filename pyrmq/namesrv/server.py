@@ -11,8 +11,9 @@ import struct
 import zlib
 from typing import Any
 
-from pyrmq.common.config_file import JsonStateFile
+from pyrmq.common.config_file import JsonStateFile, parse_properties_text
 from pyrmq.metrics import MetricsConfig
+from pyrmq.namesrv.config import NamesrvRuntimeConfig, NamesrvSettings
 from pyrmq.namesrv.metrics import NameServerMetrics
 from pyrmq.namesrv.route_info_manager import BrokerConflictError, RouteInfoManager
 from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode, TlsConfig
@@ -38,11 +39,19 @@ class NameServer:
         *,
         kv_config_path: str | None = None,
         broker_channel_expired: float = 120.0,
-        scan_interval: float = 10.0,
+        scan_interval: float | None = None,
         tls: TlsConfig | None = None,
         metrics: MetricsConfig | None = None,
+        settings: NamesrvSettings | None = None,
+        config_path: str | None = None,
     ) -> None:
         self.routes = RouteInfoManager()
+        #: what GET_NAMESRV_CONFIG shows and UPDATE_NAMESRV_CONFIG changes
+        #: (written back to config_path, the namesrv.conf of -c, if any)
+        self.config = NamesrvRuntimeConfig(
+            settings, {"kvConfigPath": kv_config_path or ""}, config_path
+        )
+        self._config_lock = asyncio.Lock()
         self.server = RemotingServer(host, port, name="namesrv", tls=tls)
         #: the Prometheus endpoint (metricsExporterType=PROM), else None
         self.metrics = (
@@ -53,7 +62,8 @@ class NameServer:
         self.kv_config_path = kv_config_path
         self._kv_file = JsonStateFile(kv_config_path, self._kv_snapshot) if kv_config_path else None
         self.broker_channel_expired = broker_channel_expired
-        self.scan_interval = scan_interval
+        if scan_interval is not None:
+            self.config.settings.scan_not_active_broker_interval = round(scan_interval * 1000)
         self.kv: dict[str, dict[str, str]] = {}
         self._scan_task: asyncio.Task[None] | None = None
         s = self.server
@@ -69,11 +79,20 @@ class NameServer:
         s.register(RequestCode.PUT_KV_CONFIG, self._put_kv)
         s.register(RequestCode.GET_KV_CONFIG, self._get_kv)
         s.register(RequestCode.DELETE_KV_CONFIG, self._delete_kv)
+        s.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self._wipe_write_perm)
+        s.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self._add_write_perm)
+        s.register(RequestCode.GET_NAMESRV_CONFIG, self._get_config)
+        s.register(RequestCode.UPDATE_NAMESRV_CONFIG, self._update_config)
         s.add_close_listener(self.routes.on_channel_closed)
 
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def scan_interval(self) -> float:
+        """Seconds between two scans for silent brokers (scanNotActiveBrokerInterval)."""
+        return self.config.settings.scan_not_active_broker_interval / 1000
 
     async def start(self) -> None:
         if self._kv_file is not None:
@@ -93,6 +112,7 @@ class NameServer:
             raise
         if self.metrics is not None:
             self.metrics.node_known()
+        self.config.fixed["listenPort"] = self.port
         self._scan_task = asyncio.create_task(self._scan_loop(), name="pyrmq:namesrv:scan")
         log.info(
             "NameServer listening on %s:%d (tls.server.mode=%s)",
@@ -208,6 +228,9 @@ class NameServer:
         return cmd.response(ResponseCode.SUCCESS, body=_json(self.routes.cluster_info()))
 
     def _topic_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if not self.config.settings.enable_all_topic_list:
+            # RocketMQ's answer when enableAllTopicList=false
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="disable")
         return cmd.response(
             ResponseCode.SUCCESS, body=_json({"topicList": self.routes.all_topics()})
         )
@@ -215,6 +238,8 @@ class NameServer:
     def _topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """GET_TOPICS_BY_CLUSTER (224), header cluster: TopicList of the
         topics with a queue on any broker of the cluster."""
+        if not self.config.settings.enable_topic_list:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark="disable")
         cluster = cmd.ext_fields.get("cluster") or ""
         if not cluster:
             return cmd.response(
@@ -240,6 +265,83 @@ class NameServer:
 
     def _delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         self.routes.delete_topic(cmd.ext_fields.get("topic", ""))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def _wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """WIPE_WRITE_PERM_OF_BROKER (205), header brokerName: every topic's
+        queues on that broker lose PERM_WRITE in this name server's routes,
+        so producers stop sending there (reads go on). Response header
+        wipeTopicCount: how many topics. Lasts until ADD_WRITE_PERM_OF_BROKER
+        or until the broker registers a changed topic table (its
+        dataVersion moved, or it registers anew after a restart or expiry):
+        its periodic re-registration with an unchanged table keeps the wipe,
+        as RocketMQ's RouteInfoManager.registerBroker does."""
+        return self._write_perm(cmd, wipe=True)
+
+    def _add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """ADD_WRITE_PERM_OF_BROKER (327), header brokerName: every topic's
+        queues on that broker get perm READ|WRITE (6), as RocketMQ sets it
+        (a read-only or inherit bit is not kept). Response header
+        addTopicCount."""
+        return self._write_perm(cmd, wipe=False)
+
+    def _write_perm(self, cmd: RemotingCommand, *, wipe: bool) -> RemotingCommand:
+        name = (cmd.ext_fields.get("brokerName") or "").strip()
+        if not name:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"request code {cmd.code} lacks header field brokerName",
+            )
+        count = self.routes.operate_write_perm(name, wipe=wipe)
+        what = "wipe" if wipe else "add"
+        log.info("%s write perm of broker[%s]: %d topics", what, name, count)
+        remark = None
+        if name not in self.routes.broker_addr_table:
+            # RocketMQ answers SUCCESS with a count of 0; the remark says why
+            known = ", ".join(sorted(self.routes.broker_addr_table)) or "none"
+            remark = f"broker[{name}] is not registered in this name server (known: {known})"
+        key = "wipeTopicCount" if wipe else "addTopicCount"
+        return cmd.response(ResponseCode.SUCCESS, {key: str(count)}, remark=remark)
+
+    def _get_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): every setting as Java properties text."""
+        return cmd.response(ResponseCode.SUCCESS, body=self.config.format().encode())
+
+    async def _update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG (318), body: properties text of the keys to
+        change. Checked whole, written into namesrv.conf (when started from
+        one), then applied; a failed write changes nothing (SYSTEM_ERROR)."""
+        try:
+            changes = parse_properties_text(cmd.body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, remark=f"string2Properties error: {e}"
+            )
+        if not changes:
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, remark="the body names no config key to update"
+            )
+        async with self._config_lock:
+            changed = self.config.prepare(changes)
+            path = self.config.config_path
+            if path is not None and changed:
+                loop = asyncio.get_running_loop()
+                try:
+                    await loop.run_in_executor(
+                        JsonStateFile.executor(), self.config.persist, changed
+                    )
+                except OSError as e:
+                    return cmd.response(
+                        ResponseCode.SYSTEM_ERROR,
+                        remark=f"config not changed: cannot write {path}: {e.strerror or e}",
+                    )
+            self.config.apply(changed)
+        if path is None and changed:
+            return cmd.response(
+                ResponseCode.SUCCESS,
+                remark="applied in memory only: the name server was started without a config "
+                "file (-c namesrv.conf), so a restart goes back to the old values",
+            )
         return cmd.response(ResponseCode.SUCCESS)
 
     def _put_kv(self, conn: Connection, cmd: RemotingCommand) -> Any:
