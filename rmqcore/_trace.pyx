@@ -3,7 +3,6 @@
 # pyrmq/common/trace.py, and this is its only writer of Pub records.
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove
-from libc.stdio cimport snprintf
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
@@ -40,28 +39,48 @@ cdef inline int _tb_put(_TraceBuf *b, const char *s, Py_ssize_t n) except -1:
     return 0
 
 
+cdef inline const char *_utf8(object v, Py_ssize_t *n) except NULL:
+    """A text field's UTF-8 bytes (the str's own cache: no copy), or the
+    text "null" when None or empty; TypeError for what is not a str."""
+    if v is None or not v:
+        n[0] = 4
+        return b"null"
+    if not isinstance(v, str):
+        raise TypeError(f"a trace field must be text, not {type(v).__name__}")
+    return PyUnicode_AsUTF8AndSize(v, n)
+
+
+cdef inline char *_text_at(char *o, const char *u, Py_ssize_t n, char end):
+    memcpy(o, u, <size_t>n)
+    o[n] = end
+    return o + n + 1
+
+
+cdef inline char *_number_at(char *o, long long v, char end):
+    """v in decimal (as Java's Long.toString), then `end`."""
+    cdef char tmp[24]
+    cdef int i = 24
+    cdef unsigned long long u = (0ULL - <unsigned long long>v) if v < 0 else <unsigned long long>v
+    while True:
+        i -= 1
+        tmp[i] = <char>(48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        i -= 1
+        tmp[i] = 45  # '-'
+    memcpy(o, &tmp[i], <size_t>(24 - i))
+    o[24 - i] = end
+    return o + 24 - i + 1
+
+
 cdef int _tb_text(_TraceBuf *b, object v, char end) except -1:
     """A text field, "null" when None or empty, then `end`."""
-    cdef const char *u
     cdef Py_ssize_t n
-    if v is None or not v:
-        _tb_put(b, b"null", 4)
-    else:
-        if not isinstance(v, str):
-            v = str(v)
-        u = PyUnicode_AsUTF8AndSize(v, &n)
-        _tb_put(b, u, n)
-    b.p[b.n] = end
-    b.n += 1
-    return 0
-
-
-cdef int _tb_number(_TraceBuf *b, long long v, char end) except -1:
-    cdef char tmp[24]
-    cdef int n = snprintf(tmp, sizeof(tmp), b"%lld", v)
-    _tb_put(b, tmp, n)
-    b.p[b.n] = end
-    b.n += 1
+    cdef const char *u = _utf8(v, &n)
+    _tb_reserve(b, n + 1)
+    b.n = _text_at(b.p + b.n, u, n, end) - b.p
     return 0
 
 
@@ -70,23 +89,39 @@ cdef int _write_pub(
     object msg_id, object tags, object keys, object store_host, long long body_length,
     long long cost_ms, long long msg_type, object offset_msg_id, bint success,
 ) except -1:
-    _tb_put(b, b"Pub\x01", 4)
-    _tb_number(b, timestamp, 1)
-    _tb_text(b, region_id, 1)
-    _tb_text(b, group, 1)
-    _tb_text(b, topic, 1)
-    _tb_text(b, msg_id, 1)
-    _tb_text(b, tags, 1)
-    _tb_text(b, keys, 1)
-    _tb_text(b, store_host, 1)
-    _tb_number(b, body_length, 1)
-    _tb_number(b, cost_ms, 1)
-    _tb_number(b, msg_type, 1)
-    _tb_text(b, offset_msg_id, 1)
+    # every text field's bytes first, then one reserve and straight copies
+    cdef const char *t[8]
+    cdef Py_ssize_t n[8]
+    cdef Py_ssize_t i, total = 4 + 6 + 4 * 21
+    cdef char *o
+    t[0] = _utf8(region_id, &n[0])
+    t[1] = _utf8(group, &n[1])
+    t[2] = _utf8(topic, &n[2])
+    t[3] = _utf8(msg_id, &n[3])
+    t[4] = _utf8(tags, &n[4])
+    t[5] = _utf8(keys, &n[5])
+    t[6] = _utf8(store_host, &n[6])
+    t[7] = _utf8(offset_msg_id, &n[7])
+    for i in range(8):
+        total += n[i] + 1
+    _tb_reserve(b, total)
+    o = b.p + b.n
+    memcpy(o, b"Pub\x01", 4)
+    o += 4
+    o = _number_at(o, timestamp, 1)
+    for i in range(7):
+        o = _text_at(o, t[i], n[i], 1)
+    o = _number_at(o, body_length, 1)
+    o = _number_at(o, cost_ms, 1)
+    o = _number_at(o, msg_type, 1)
+    o = _text_at(o, t[7], n[7], 1)
     if success:
-        _tb_put(b, b"true\x02", 5)
+        memcpy(o, b"true\x02", 5)
+        o += 5
     else:
-        _tb_put(b, b"false\x02", 6)
+        memcpy(o, b"false\x02", 6)
+        o += 6
+    b.n = o - b.p
     return 0
 
 

@@ -239,13 +239,7 @@ class PushConsumer(ConsumerBase):
         )
         await self.client.start()
         if self.enable_msg_trace:
-            self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs,
-                self.consumer_group,
-                self.custom_trace_topic,
-                tls=self.client.ssl_context or False,
-                rpc_hook=self.client.rpc_hook,
-            )
+            self.tracer = TraceDispatcher(self.client, self.consumer_group, self.custom_trace_topic)
             await self.tracer.start()
         self._state = "RUNNING"
         for topic in list(subs):

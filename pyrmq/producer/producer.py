@@ -127,6 +127,7 @@ class Producer:
         access_key: str | None = None,
         secret_key: str | None = None,
         rpc_hook: AclClientRPCHook | None = None,
+        client_instance: ClientInstance | None = None,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
             raise ValueError("producer_group must be 1..255 characters")
@@ -141,7 +142,12 @@ class Producer:
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
         self.fault_strategy = MQFaultStrategy(send_latency_fault_enable, clock)
-        self.client = ClientInstance(
+        #: client_instance: another client's connections, routes and
+        #: heartbeat, shared (it joins their heartbeat as a second producer
+        #: group); their owner starts and stops them (a trace dispatcher's
+        #: producer, whose sends then ride the traced client's connections)
+        self._owns_client = client_instance is None
+        self.client = client_instance or ClientInstance(
             namesrv_addr,
             instance_name=instance_name,
             poll_name_server_interval=poll_name_server_interval,
@@ -184,17 +190,14 @@ class Producer:
             return
         if self._state != "CREATED":
             raise ClientError(f"the producer is {self._state.lower()}; create a new one")
-        self.client.producer_data = [{"groupName": self.producer_group}]
+        if self._owns_client:
+            self.client.producer_data = [{"groupName": self.producer_group}]
+        else:
+            self.client.producer_data.append({"groupName": self.producer_group})
         self.client.members.append(self)
         await self.client.start()
         if self.enable_msg_trace:
-            self.tracer = TraceDispatcher(
-                self.client.namesrv_addrs,
-                self.producer_group,
-                self.custom_trace_topic,
-                tls=self.client.ssl_context or False,
-                rpc_hook=self.client.rpc_hook,
-            )
+            self.tracer = TraceDispatcher(self.client, self.producer_group, self.custom_trace_topic)
             await self.tracer.start()
         self._state = "RUNNING"
 
@@ -217,8 +220,19 @@ class Producer:
                 await self.tracer.shutdown()
             await self.client.unregister(producer_group=self.producer_group)
         finally:
-            await self.client.shutdown()
+            if self._owns_client:
+                await self.client.shutdown()
+            else:
+                self._leave_shared_client()
             self._state = "SHUTDOWN"
+
+    def _leave_shared_client(self) -> None:
+        client = self.client
+        client.producer_data = [
+            d for d in client.producer_data if d.get("groupName") != self.producer_group
+        ]
+        if self in client.members:
+            client.members.remove(self)
 
     async def __aenter__(self) -> Producer:
         await self.start()

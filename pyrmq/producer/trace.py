@@ -8,8 +8,8 @@ buffer as each send is answered, no Python object kept per send): a
 background task sends them, every ``flush_interval`` seconds or as soon as
 ``batch_size`` are queued, as messages of at most ``batch_size`` records
 and ``max_body`` bytes (RocketMQ's 100 and 128,000) to the trace topic
-through a Producer of its own (group ``_INNER_TRACE_PRODUCER-<group>``),
-with send_async, uncompressed. Nothing a trace does
+through a Producer of its own group (``_INNER_TRACE_PRODUCER-<group>``)
+riding the traced client's connections, with send_async, uncompressed. Nothing a trace does
 slows or fails the user's send or listener: a full queue
 (``max_pending``) drops records (counted in ``dropped``), a failed trace
 send is logged and counted (``failed``), and shutdown flushes for at most
@@ -20,11 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.common.message import PROPERTY_KEYS, Message
 from pyrmq.common.results import SendStatus
 from pyrmq.common.trace import (
@@ -35,13 +32,16 @@ from pyrmq.common.trace import (
 )
 from rmqcore import PubBuffer
 
+if TYPE_CHECKING:
+    from pyrmq.client.instance import ClientInstance
+
 log = logging.getLogger("pyrmq.client")
 
 
 class TraceDispatcher:
     def __init__(
         self,
-        namesrv_addr: str | Sequence[str] | None,
+        client: ClientInstance,
         group: str,
         trace_topic: str | None = None,
         *,
@@ -50,8 +50,6 @@ class TraceDispatcher:
         flush_interval: float = 0.1,
         max_pending: int = 20_000,
         shutdown_timeout: float = 5.0,
-        tls: bool | ssl.SSLContext = False,
-        rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         # imported here: producer.py starts a TraceDispatcher of its own
         from pyrmq.producer.producer import Producer
@@ -66,14 +64,15 @@ class TraceDispatcher:
         self.shutdown_timeout = shutdown_timeout
         self.producer = Producer(
             f"{TRACE_PRODUCER_GROUP_PREFIX}-{group}"[:255],
-            namesrv_addr,
             retry_times_when_send_async_failed=1,
             # not compressed: zlib would cost the traced process more than
             # the bytes it saves (the records are short, their ids random)
             compress_msg_body_over_howmuch=max_body + 1,
             max_message_size=max(max_body, 4 << 20),
-            tls=tls,
-            rpc_hook=rpc_hook,
+            # the traced client's connections (and its TLS and ACL): a
+            # connection of its own costs the traced process a socket's
+            # reads and writes of its own per trace message
+            client_instance=client,
         )
         #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
         self._pending: list[TraceRecord] = []

@@ -121,6 +121,65 @@ def test_pub_records_of_sends_are_batched_by_size():
     assert [d.msg_id for d in decode(only.decode())] == ["ID3"]
 
 
+def test_every_batch_of_pub_records_asks_for_a_flush():
+    """Every batch_records-th record calls on_batch (the dispatcher's
+    flush, so trace messages leave a batch at a time); take() cuts at
+    max_records too; an on_batch that raises is counted, never raised."""
+    calls: list[int] = []
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000, 3, lambda: calls.append(len(buf)))
+    for i in range(1, 8):
+        buf.append(*_pub(i))
+    assert calls == [3, 6]
+    pieces = buf.take(100_000, 3)
+    assert [[d.msg_id for d in decode(b.decode())] for b, _ in pieces] == [
+        ["ID1", "ID2", "ID3"],
+        ["ID4", "ID5", "ID6"],
+        ["ID7"],
+    ]
+    assert [k for _, k in pieces] == ["ID1 ID2 ID3", "ID4 ID5 ID6", "ID7"]
+
+    def boom() -> None:
+        raise RuntimeError("no loop")
+
+    failing = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000, 1, boom)
+    failing.append(*_pub(1))
+    assert len(failing) == 1 and failing.dropped == 1
+    assert isinstance(failing.last_error, RuntimeError)
+
+
+def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
+    """The trace producer joins the traced producer's client (one
+    connection to the broker, both groups in its heartbeat), and leaves it
+    at shutdown without closing what it does not own."""
+
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c:
+            server = c.broker.server  # type: ignore[union-attr]
+            before = len(server.connections)
+            async with Producer("PG-one", c.namesrv_addr, enable_msg_trace=True) as p:
+                tracer = p.tracer
+                assert tracer is not None and tracer.producer.client is p.client
+                for i in range(250):
+                    assert (await p.send(Message(TOPIC, f"m{i}".encode()))).ok
+                await wait_until(lambda: tracer.sent >= 3, "the trace messages", stall_after=20)
+                assert len(server.connections) == before + 1
+                async with AdminClient(c.namesrv_addr) as admin:
+                    conn = await admin.examine_producer_connection(
+                        "_INNER_TRACE_PRODUCER-PG-one", TRACE_TOPIC
+                    )
+                ids = {x["clientId"] for x in conn["connectionSet"]}
+                assert ids == {p.client.client_id}
+                assert [d["groupName"] for d in p.client.producer_data] == [
+                    "PG-one",
+                    "_INNER_TRACE_PRODUCER-PG-one",
+                ]
+            # 250 records in batches of 100: three trace messages at least
+            assert tracer.failed == 0 and tracer.dropped == 0
+            assert p.client.producer_data == [{"groupName": "PG-one"}]
+
+    arun(main(), timeout=90)
+
+
 def _consumer(
     ns: str, group: str, got: list[tuple[str, MessageExt]], fail_first: bool
 ) -> PushConsumer:
