@@ -113,6 +113,12 @@ class AdminGroupProcessor:
                 f"retryQueueNums={sgc.retry_queue_nums} and retryMaxTimes={sgc.retry_max_times} "
                 "must not be negative"
             )
+        if sgc.retry_queue_nums > self.topics.max_queue_nums:
+            # the group's %RETRY% topic gets this many queues
+            raise InvalidParameterError(
+                f"retryQueueNums={sgc.retry_queue_nums} is more than maxQueueNums="
+                f"{self.topics.max_queue_nums}"
+            )
         self.groups.update(sgc)
         await self.groups.persist()
         return cmd.response(ResponseCode.SUCCESS)
