@@ -111,3 +111,34 @@ def test_regression_hostile_runtime_config_is_refused_whole(arun, tmp_path):
                 assert await broker_config(cl, a) == before, body
 
     arun(main())
+
+
+def test_regression_subscription_group_body_nested_too_deep(arun, tmp_path):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with a body nested deeper than
+    Python's recursion limit escaped as an unhandled RecursionError."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            for body in (b"[" * 50_000, b'{"groupName":"DeepG","x":' + b"[" * 50_000):
+                cmd = RemotingCommand(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+                r = await cl.invoke(c.broker_addr, cmd)
+                assert r.code == R.INVALID_PARAMETER and "RecursionError" in (r.remark or ""), r
+            assert c.broker is not None and c.broker.groups.get("DeepG") is None
+
+    arun(main())
+
+
+def test_regression_consume_message_directly_offset_beyond_a_long(arun, tmp_path):
+    """CONSUME_MESSAGE_DIRECTLY with an offset message id whose 8 offset
+    bytes exceed a Java long escaped as an unhandled OverflowError from the
+    store lookup."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            ext = {"consumerGroup": "G", "clientId": "c@1", "topic": "T",
+                   "msgId": "7F00000100002A9FFFFFFFFFFFFFFFFF"}  # fmt: skip
+            cmd = RemotingCommand(RC.CONSUME_MESSAGE_DIRECTLY, ext)
+            r = await cl.invoke(c.broker_addr, cmd)
+            assert r.code == R.SYSTEM_ERROR and "no message with offset id" in (r.remark or ""), r
+
+    arun(main())
