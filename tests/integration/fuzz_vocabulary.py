@@ -186,23 +186,6 @@ GROUP_BODIES = [
     b'{"groupName":"FuzzG","groupSysFlag":0,"groupRetryPolicy":{"type":"CUSTOMIZED"}}',
     b'[{"groupName":"FuzzG"}]', b'"FuzzG"',
 ]  # fmt: skip
-BODIES = [
-    b"", b"{}", b"[]", b"null", b"7", b"\x00\x01garbage", b"x" * 5000,
-    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
-    b'[{"topic":"FuzzT","subString":"a||b"}]}]}',
-    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":5}]}',
-    b'{"consumerDataSet":7,"clientID":"c"}', b'{"clientID":"c","producerDataSet":[1,2]}',
-    b'{"mqSet":5,"consumerGroup":"G","clientId":"c"}',
-    b'{"mqSet":[{"topic":1}],"consumerGroup":"G","clientId":"c"}',
-    b'{"mqSet":[{"topic":"FuzzT","brokerName":"b","queueId":0}],"consumerGroup":"G","clientId":"c"}',
-    b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":{"readQueueNums":"x"}}}}',
-    b'{"clientId":"c","group":"G","subscriptionData":{"topic":"FuzzT","subString":"a > ",'
-    b'"expressionType":"SQL92"}}',
-    b'{"clientId":"c","group":"G","subscriptionData":7}',
-    rmqcore.encode_batch([(b"m1", {"TAGS": "a"}, 0), (b"m2", b"", 0)]),
-    *CONFIG_BODIES[::3], *GROUP_BODIES[::3],
-]  # fmt: skip
-
 #: SQL92 subscriptions (pulls with expressionType SQL92, CHECK_CLIENT_CONFIG):
 #: valid ones to mutate, and hostile ones (deep nesting, huge, garbage)
 SQL_EXPRESSIONS = (
@@ -218,6 +201,24 @@ SQL_EXPRESSIONS = (
 )
 #: bodies nested deeper than Python's recursion limit, for every JSON reader
 DEEP_BODIES = (b"[" * 50_000, b'{"a":' * 20_000, b'{"consumerDataSet":' + b"[" * 50_000)
+
+
+BODIES = [
+    b"", b"{}", b"[]", b"null", b"7", b"\x00\x01garbage", b"x" * 5000,
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":'
+    b'[{"topic":"FuzzT","subString":"a||b"}]}]}',
+    b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":5}]}',
+    b'{"consumerDataSet":7,"clientID":"c"}', b'{"clientID":"c","producerDataSet":[1,2]}',
+    b'{"mqSet":5,"consumerGroup":"G","clientId":"c"}',
+    b'{"mqSet":[{"topic":1}],"consumerGroup":"G","clientId":"c"}',
+    b'{"mqSet":[{"topic":"FuzzT","brokerName":"b","queueId":0}],"consumerGroup":"G","clientId":"c"}',
+    b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":{"readQueueNums":"x"}}}}',
+    b'{"clientId":"c","group":"G","subscriptionData":{"topic":"FuzzT","subString":"a > ",'
+    b'"expressionType":"SQL92"}}',
+    b'{"clientId":"c","group":"G","subscriptionData":7}',
+    rmqcore.encode_batch([(b"m1", {"TAGS": "a"}, 0), (b"m2", b"", 0)]),
+    *CONFIG_BODIES[::3], *GROUP_BODIES[::3], *DEEP_BODIES,
+]  # fmt: skip
 
 
 def _mq_set_body(group: str, topic: str) -> bytes:
