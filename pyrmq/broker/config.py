@@ -13,6 +13,7 @@ from typing import Any
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
+from pyrmq.common.route import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE
 from pyrmq.metrics.config import (
     DEFAULT_LABEL_VALUE_LIMIT,
     DEFAULT_PROM_PORT,
@@ -20,6 +21,9 @@ from pyrmq.metrics.config import (
     MetricsConfig,
 )
 from pyrmq.storage.config import MessageStoreConfig
+
+#: every PermName bit (brokerPermission takes no other)
+PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -221,6 +225,17 @@ class BrokerConfig:
             raise ClientError("brokerId must be >= 0")
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ClientError("defaultTopicQueueNums must be within 1..1024")
+        # the keys UPDATE_BROKER_CONFIG changes at runtime: a value outside
+        # these is refused there (whole) as in broker.conf
+        if not 0 <= self.broker_permission <= PERM_ALL:
+            raise ClientError(
+                f"brokerPermission={self.broker_permission}: expected permission bits within "
+                f"0..{PERM_ALL} (6: read and write, 4: read only, 2: write only)"
+            )
+        if self.retry_queue_nums < 0 or self.max_reconsume_times < -1:
+            raise ClientError("retryQueueNums must be >= 0 and maxReconsumeTimes >= -1")
+        if self.short_polling_time_mills < 0 or self.transfer_by_sendfile_min_bytes < 0:
+            raise ClientError("shortPollingTimeMills and transferBySendfileMinBytes must be >= 0")
         parse_delay_levels(self.message_delay_level)
         if self.send_thread_pool_queue_capacity <= 0:
             raise ClientError("sendThreadPoolQueueCapacity must be > 0")

@@ -122,6 +122,13 @@ class BrokerRuntimeConfig:
             new = BrokerConfig.from_properties({**current, **changes})
         except (ClientError, ValueError, TypeError) as e:
             raise InvalidParameterError(f"bad broker config value: {e}") from None
+        max_queues = getattr(self.store_config, "max_queue_nums", None)
+        if max_queues is not None and new.retry_queue_nums > max_queues:
+            # the queues of each %RETRY% topic the broker creates from now on
+            raise InvalidParameterError(
+                f"bad broker config value: retryQueueNums={new.retry_queue_nums} is more than "
+                f"maxQueueNums={max_queues}"
+            )
         changed = {}
         for key in changes:
             name = self._bindings[key][0]

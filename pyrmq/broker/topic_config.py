@@ -260,11 +260,14 @@ class TopicConfigManager:
         return tc
 
     def create_system_group_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
-        """%RETRY% and %DLQ% topics (createTopicInSendMessageBackMethod)."""
+        """%RETRY% and %DLQ% topics (createTopicInSendMessageBackMethod),
+        with at most max_queue_nums queues (a group's retryQueueNums from
+        an older subscriptionGroup.json may say more)."""
         tc = self.table.get(topic)
         if tc is not None:
             return tc
         check_topic_name(topic)  # the group name is part of it
+        queue_nums = min(queue_nums, self.max_queue_nums)
         tc = TopicConfig(topic, queue_nums, queue_nums, perm)
         self.table[topic] = tc
         log.info("topic %s created with %d queue(s)", topic, queue_nums)

@@ -155,6 +155,7 @@ class NameServer:
             cluster = f["clusterName"]
             broker_id = int(f.get("brokerId", "0"))
             crc = int(f.get("bodyCrc32", "0") or 0)
+            master_epoch = int(f.get("masterEpoch", "-1") or -1)
         except (KeyError, ValueError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"bad register header: {e}")
         if crc and (zlib.crc32(cmd.body) & 0x7FFFFFFF) != crc:
@@ -174,7 +175,7 @@ class NameServer:
                 topic_configs,
                 data_version,
                 conn,
-                int(f.get("masterEpoch", "-1") or -1),
+                master_epoch,
             )
         except BrokerConflictError as e:
             log.error("refused registration: %s", e)

@@ -85,6 +85,11 @@ class RemotingServer:
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
 
+    def request_codes(self) -> list[int]:
+        """The request codes a processor is registered for, ascending (what
+        the server serves; the hostile-input fuzzers send every one)."""
+        return sorted(self._processors)
+
     def add_rpc_hook(self, hook: Callable[[Connection, RemotingCommand], None]) -> None:
         """Run hook(conn, request) before every processor (RocketMQ RPCHook);
         raising a BrokerError answers with its code instead. ACL (request

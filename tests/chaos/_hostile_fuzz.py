@@ -31,16 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import random
 import re
 import struct
 import time
-import zlib
 from collections import Counter
-from typing import Any
 
-import rmqcore
+from pyrmq.broker.runtime_config import parse_properties_text
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting import RemotingCommand
 from pyrmq.remoting.client import split_addr
@@ -53,14 +50,18 @@ from pyrmq.remoting.command import (
     SERIALIZE_ROCKETMQ,
     FrameDecoder,
 )
-from tests.integration.helpers import heartbeat_body, props, send_fields, v2
-from tests.integration.test_fuzz_handlers import (
+from tests.integration.fuzz_vocabulary import (
     BODIES,
-    BROKER_CODES,
+    CONFIG_BODIES,
+    GROUP_BODIES,
     KEYS,
-    NAMESRV_CODES,
+    SQL_EXPRESSIONS,
     VALUES,
+    Template,
+    broker_templates,
+    namesrv_templates,
 )
+from tests.integration.helpers import props
 
 #: the answer Connection gives when a processor raised something unexpected
 UNHANDLED = re.compile(r"^[A-Z]\w*(Error|Exception): ")
@@ -78,161 +79,31 @@ _PREFIX = struct.Struct(">II")
 _LANGS = [m.name for m in LanguageCode]
 
 
-def _mq_set_body(group: str, topic: str) -> bytes:
-    return json.dumps(
-        {
-            "consumerGroup": group,
-            "clientId": "fuzz@1",
-            "mqSet": [{"topic": topic, "brokerName": "broker-fuzz", "queueId": q} for q in (0, 1)],
-        }
-    ).encode()
-
-
-def _register_body() -> bytes:
-    return json.dumps(
-        {
-            "topicConfigSerializeWrapper": {
-                "topicConfigTable": {
-                    "FuzzNs": {
-                        "topicName": "FuzzNs",
-                        "readQueueNums": 4,
-                        "writeQueueNums": 4,
-                        "perm": 6,
-                    }
-                },
-                "dataVersion": {"timestamp": 1, "counter": 1},
-            },
-            "filterServerList": [],
-        }
-    ).encode()
-
-
-def compressed_register_body(topics: dict[str, dict[str, Any]]) -> bytes:
-    """Java's compressed RegisterBrokerBody: zlib of int32 len + DataVersion
-    JSON, int32 topic count, per topic int32 len + TopicConfig JSON, int32
-    len + filter server list JSON."""
-
-    def chunk(obj: Any) -> bytes:
-        raw = json.dumps(obj).encode()
-        return struct.pack(">i", len(raw)) + raw
-
-    out = chunk({"timestamp": 1, "counter": 1}) + struct.pack(">i", len(topics))
-    out += b"".join(chunk(tc) for tc in topics.values()) + chunk([])
-    return zlib.compress(out)
-
-
-#: bodies nested deeper than Python's recursion limit, for every JSON reader
-#: SQL92 subscriptions (pulls with expressionType SQL92, CHECK_CLIENT_CONFIG):
-#: valid ones to mutate, and hostile ones (deep nesting, huge, garbage)
-SQL_EXPRESSIONS = (
-    "a > 5 AND region IN ('eu', 'us') OR b IS NULL",
-    "TAGS = 'a' AND NOT (p BETWEEN 1 AND 9) AND s CONTAINS 'x'",
-    "(" * 5000 + "a = 1" + ")" * 5000,
-    "NOT " * 5000 + "a = 1",
-    " OR ".join(f"a = '{i}'" for i in range(20_000)),
-    "a IN (" + ",".join("'x'" for _ in range(30_000)) + ")",
-    "a = 'unterminated",
-    "a > 1e99999 AND b = 99999999999999999999999",
-    "\x00\x01\x02 /* -- */ '",
-)
-DEEP_BODIES = (b"[" * 50_000, b'{"a":' * 20_000, b'{"consumerDataSet":' + b"[" * 50_000)
-
-
-def broker_templates() -> list[tuple[int, dict[str, str], bytes]]:
-    """A valid request of every code the broker serves (mutation starts here)."""
-    send = send_fields("FuzzT", 0, props(TAGS="a", KEYS="k1 k2", UNIQ_KEY="0A0B"))
-    pull = {
-        "consumerGroup": "FuzzG",
-        "topic": "FuzzT",
-        "queueId": "0",
-        "queueOffset": "0",
-        "maxMsgNums": "32",
-        "sysFlag": "6",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "50",
-        "subscription": "a || b",
-        "subVersion": "0",
-    }
-    sql_pull = dict(pull, expressionType="SQL92", subscription=SQL_EXPRESSIONS[0])
-    check = {"clientId": "fuzz@1", "group": "FuzzG",
-             "subscriptionData": {"topic": "FuzzT", "subString": SQL_EXPRESSIONS[1],
-                                  "expressionType": "SQL92"}}  # fmt: skip
-    batch = rmqcore.encode_batch([(b"b1", {"TAGS": "a"}, 0), (b"b2", {"KEYS": "x"}, 0)])
-    topic_q = {"topic": "FuzzT", "queueId": "0"}
-    return [
-        (RC.PULL_MESSAGE, sql_pull, b""),
-        (RC.CHECK_CLIENT_CONFIG, {}, json.dumps(check).encode()),
-        (RC.SEND_MESSAGE, send, b"fuzz-body"),
-        (RC.SEND_MESSAGE_V2, v2(send), b"fuzz-body-v2"),
-        (RC.SEND_BATCH_MESSAGE, v2(dict(send, batch="1", properties="")), batch),
-        (RC.PULL_MESSAGE, pull, b""),
-        (RC.QUERY_MESSAGE, {"topic": "FuzzT", "key": "k1", "maxNum": "8",
-                            "beginTimestamp": "0", "endTimestamp": str(2**62)}, b""),
-        (RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "FuzzG", **topic_q}, b""),
-        (RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "FuzzG", "commitOffset": "1", **topic_q},
-         b""),
-        (RC.UPDATE_AND_CREATE_TOPIC, {"topic": "FuzzT2", "readQueueNums": "2",
-                                      "writeQueueNums": "2", "perm": "6",
-                                      "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
-                                      "order": "false"}, b""),
-        (RC.GET_ALL_TOPIC_CONFIG, {}, b""),
-        (RC.DELETE_TOPIC_IN_BROKER, {"topic": "FuzzT2"}, b""),
-        (RC.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": "0", **topic_q}, b""),
-        (RC.GET_MAX_OFFSET, topic_q, b""),
-        (RC.GET_MIN_OFFSET, topic_q, b""),
-        (RC.GET_EARLIEST_MSG_STORETIME, topic_q, b""),
-        (RC.VIEW_MESSAGE_BY_ID, {"offset": "0"}, b""),
-        (RC.GET_BROKER_RUNTIME_INFO, {}, b""),
-        (RC.HEART_BEAT, {}, heartbeat_body("fuzz@1", "FuzzG", {"FuzzT": "a || b"},
-                                           producer_group="FuzzPG")),
-        (RC.UNREGISTER_CLIENT, {"clientID": "fuzz@1", "consumerGroup": "FuzzG",
-                                "producerGroup": "FuzzPG"}, b""),
-        (RC.CONSUMER_SEND_MSG_BACK, {"group": "FuzzG", "offset": "0", "delayLevel": "1",
-                                     "originMsgId": "", "originTopic": "FuzzT",
-                                     "maxReconsumeTimes": "3"}, b""),
-        (RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "FuzzG"}, b""),
-        (RC.LOCK_BATCH_MQ, {}, _mq_set_body("FuzzG", "FuzzT")),
-        (RC.UNLOCK_BATCH_MQ, {}, _mq_set_body("FuzzG", "FuzzT")),
-        (RC.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": "FuzzT", "group": "FuzzG",
-                                            "timestamp": "0", "isForce": "true"}, b""),
-    ]  # fmt: skip
-
-
-def namesrv_templates() -> list[tuple[int, dict[str, str], bytes]]:
-    """A valid request of every code the name server serves."""
-    return [
-        (RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "FuzzT"}, b""),
-        (RC.GET_BROKER_CLUSTER_INFO, {}, b""),
-        (RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}, b""),
-        (RC.QUERY_DATA_VERSION, {"brokerName": "fuzz-ns-b", "brokerAddr": "127.0.0.9:1",
-                                 "clusterName": "FuzzC", "brokerId": "0"},
-         json.dumps({"timestamp": 1, "counter": 1}).encode()),
-        (RC.REGISTER_BROKER, {"brokerName": "fuzz-ns-b", "brokerAddr": "127.0.0.9:1",
-                              "clusterName": "FuzzC", "brokerId": "0",
-                              "haServerAddr": "127.0.0.9:2", "compressed": "false"},
-         _register_body()),
-        (RC.REGISTER_BROKER, {"brokerName": "fuzz-ns-c", "brokerAddr": "127.0.0.9:3",
-                              "clusterName": "FuzzC", "brokerId": "0", "compressed": "true"},
-         compressed_register_body({"FuzzZ": {"topicName": "FuzzZ", "readQueueNums": 2,
-                                             "writeQueueNums": 2, "perm": 6}})),
-        (RC.UNREGISTER_BROKER, {"brokerName": "fuzz-ns-b", "brokerAddr": "127.0.0.9:1",
-                                "clusterName": "FuzzC", "brokerId": "0"}, b""),
-        (RC.DELETE_TOPIC_IN_NAMESRV, {"topic": "FuzzNs"}, b""),
-        (RC.PUT_KV_CONFIG, {"namespace": "FuzzNS", "key": "k", "value": "v"}, b""),
-        (RC.GET_KV_CONFIG, {"namespace": "FuzzNS", "key": "k"}, b""),
-        (RC.DELETE_KV_CONFIG, {"namespace": "FuzzNS", "key": "k"}, b""),
-    ]  # fmt: skip
+def stops_the_good_client(cmd: RemotingCommand) -> bool:
+    """Whether cmd is an UPDATE_BROKER_CONFIG the broker would take (and
+    rightly) that leaves it without read or write permission: the
+    well-behaved client sending and pulling beside the fuzz would be
+    refused. Such inputs are drawn again; the in-process fuzzer
+    (tests/integration/test_fuzz_handlers.py) sends them and sets the
+    permission back afterwards."""
+    if cmd.code != RC.UPDATE_BROKER_CONFIG or cmd.flag & FLAG_RESPONSE:
+        return False
+    try:
+        perm = int(parse_properties_text(cmd.body.decode("utf-8"))["brokerPermission"])
+    except (ValueError, KeyError, UnicodeDecodeError):
+        return False
+    return perm & 6 != 6
 
 
 class Mutator:
     """Seeded mutations of valid requests (see the module docstring)."""
 
-    def __init__(self, rng: random.Random, templates: list[tuple[int, dict[str, str], bytes]],
-                 codes: list[int]) -> None:  # fmt: skip
+    def __init__(self, rng: random.Random, templates: list[Template], codes: list[int]) -> None:
         self.rng = rng
         self.templates = templates
         self.codes = sorted({*codes, *(t[0] for t in templates)})
-        self.bodies = [t[2] for t in templates if t[2]] + list(BODIES) + list(DEEP_BODIES)
+        self.bodies = [t[2] for t in templates if t[2]] + BODIES
+        self.bodies += CONFIG_BODIES + GROUP_BODIES
 
     # -- values -------------------------------------------------------------------------
 
@@ -301,7 +172,15 @@ class Mutator:
     # -- requests -------------------------------------------------------------------------
 
     def request(self) -> RemotingCommand:
-        """A well-formed request with hostile contents."""
+        """A well-formed request with hostile contents (one that would
+        legitimately stop the good client is drawn again)."""
+        for _ in range(100):
+            cmd = self._request()
+            if not stops_the_good_client(cmd):
+                return cmd
+        raise AssertionError("100 requests in a row stopped the good client")
+
+    def _request(self) -> RemotingCommand:
         rng = self.rng
         code, ext, body = rng.choice(self.templates)
         ext = dict(ext)
@@ -471,7 +350,10 @@ class Fuzzer:
     server, `raw_workers` one-input connections to the broker."""
 
     def __init__(self, broker: str, namesrv: str, seed: int, total: int, *, deadline: float,
-                 handler_workers: int = 4, raw_workers: int = 12) -> None:  # fmt: skip
+                 broker_codes: list[int], namesrv_codes: list[int], handler_workers: int = 4,
+                 raw_workers: int = 12) -> None:  # fmt: skip
+        """broker_codes, namesrv_codes: what the servers serve (their
+        RemotingServer.request_codes(), see fuzz_vocabulary.served_codes)."""
         self.broker = broker
         self.namesrv = namesrv
         self.seed = seed
@@ -482,14 +364,14 @@ class Fuzzer:
         ns = int(total * NAMESRV_SHARE)
         handler = total - raw - ns
         bt, nt = broker_templates(), namesrv_templates()
-        self.plan: list[tuple[str, str, list[tuple[int, dict[str, str], bytes]], list[int], int]]
-        self.plan = [("handler", namesrv, nt, NAMESRV_CODES, ns)]
+        self.plan: list[tuple[str, str, list[Template], list[int], int]]
+        self.plan = [("handler", namesrv, nt, namesrv_codes, ns)]
         for i in range(handler_workers):
             q = handler // handler_workers + (i < handler % handler_workers)
-            self.plan.append(("handler", broker, bt, BROKER_CODES, q))
+            self.plan.append(("handler", broker, bt, broker_codes, q))
         for i in range(raw_workers):
             q = raw // raw_workers + (i < raw % raw_workers)
-            self.plan.append(("raw", broker, bt, BROKER_CODES, q))
+            self.plan.append(("raw", broker, bt, broker_codes, q))
 
     async def run(self) -> FuzzStats:
         tasks = [
@@ -505,7 +387,7 @@ class Fuzzer:
         return self.stats
 
     async def _worker(self, wid: int, kind: str, addr: str,
-                      templates: list[tuple[int, dict[str, str], bytes]],
+                      templates: list[Template],
                       codes: list[int], quota: int) -> None:  # fmt: skip
         rng = random.Random(f"{self.seed}:{wid}")
         mut = Mutator(rng, templates, codes)
@@ -589,7 +471,9 @@ class Fuzzer:
         """One header- or frame-mutated input on a fresh connection, judged
         by the oracle."""
         st = self.stats
-        for _ in range(100):  # a few requests are not encodable by our client
+        # a few requests are not encodable by our client; a mutated frame
+        # may become one the good client cannot live with (drawn again)
+        for _ in range(100):
             cmd = mut.request()
             cmd.opaque = 7
             try:
@@ -597,15 +481,16 @@ class Fuzzer:
                     kind, frame = "header", mut.header_frame(cmd)
                 else:
                     kind, frame = "frame", mut.whole_frame(cmd)
-                break
             except (ValueError, UnicodeError, OverflowError, struct.error):
                 continue
+            # a frame the codec still waits for more bytes of is left to us
+            # to close (below): the broker only ever sees it go away
+            cmds, rejected, _incomplete = oracle(frame)
+            if not any(stops_the_good_client(c) for c in cmds):
+                break
         else:
             raise AssertionError("no encodable request in 100 tries")
         st.inputs[kind] += 1
-        # a frame the codec still waits for more bytes of is left to us to
-        # close (below): the broker only ever sees it go away
-        cmds, rejected, _incomplete = oracle(frame)
         want = Counter(c.opaque for c in cmds if expects_answer(c) and not may_be_held(c))
         conn = await _Conn.open(addr)
         st.connections += 1

@@ -34,12 +34,12 @@ from typing import Any
 
 import pytest
 
-from pyrmq.remoting import RemotingCommand
+from pyrmq.remoting import RemotingClient, RemotingCommand
 from pyrmq.remoting.client import split_addr
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.testing.cluster import ProcessCluster
-from tests.chaos._hostile_fuzz import UNHANDLED, Fuzzer, closing_log_lines, compressed_register_body
+from tests.chaos._hostile_fuzz import UNHANDLED, Fuzzer, closing_log_lines
 from tests.chaos._hostile_proc import (
     GoodClient,
     MemorySampler,
@@ -52,6 +52,12 @@ from tests.chaos._hostile_proc import (
 )
 from tests.chaos._net_ns import NetNs
 from tests.chaos.conftest import scale
+from tests.integration.fuzz_vocabulary import (
+    broker_config,
+    compressed_register_body,
+    restore_broker_config,
+    served_codes,
+)
 from tests.integration.helpers import (
     cluster,
     heartbeat_body,
@@ -83,6 +89,15 @@ def _pid(proc: Any) -> int:
     return int(proc.proc.pid)
 
 
+async def _served_codes(tmp_path: pathlib.Path) -> tuple[list[int], list[int]]:
+    """The codes a broker and a name server of this build serve, read from
+    an in-process pair (the processes run the same code and register the
+    same processors)."""
+    async with cluster(tmp_path) as (c, _):
+        assert c.broker is not None and c.namesrv is not None
+        return served_codes(c.broker.server), served_codes(c.namesrv.server)
+
+
 def _log_problems(text: str) -> list[str]:
     return [line for line in text.splitlines() if "Traceback" in line or " CRITICAL " in line]
 
@@ -97,6 +112,7 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
     total = int(os.environ.get("PYRMQ_FUZZ_INPUTS", 0)) or scale(long_mode, 20_000, 1_000_000)
     seed = int(os.environ.get("PYRMQ_FUZZ_SEED", "4242"))
     budget = 3600 if long_mode or os.environ.get("PYRMQ_FUZZ_INPUTS") else 90
+    broker_codes, namesrv_codes = arun(_served_codes(tmp_path / "served"))
     with _cluster(tmp_path) as pc:
         broker_proc = pc.brokers[BROKER]
         bpid, npid = _pid(broker_proc), _pid(pc.namesrv)
@@ -107,6 +123,8 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
             await good.round()  # warm: topic created, connection made
             await good.client.shutdown()
             good = GoodClient(addr)
+            admin = RemotingClient(name="fuzz-admin")
+            config = await broker_config(admin, addr)
             await asyncio.sleep(0.2)
             base_b, base_n = socket_count(bpid), socket_count(npid)
             fds_before = fd_count(bpid)
@@ -115,7 +133,8 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
             mem.start()
             good.start(pause=0.1)
             t0 = time.monotonic()
-            fuzz = Fuzzer(addr, pc.namesrv_addr, seed, total, deadline=time.monotonic() + budget)
+            fuzz = Fuzzer(addr, pc.namesrv_addr, seed, total, deadline=time.monotonic() + budget,
+                          broker_codes=broker_codes, namesrv_codes=namesrv_codes)  # fmt: skip
             try:
                 stats = await fuzz.run()
             finally:
@@ -129,6 +148,12 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
             )
             fds_after = (socket_count(bpid), socket_count(npid))
             after = status_kib(bpid)
+            # the runtime settings the fuzz changed legitimately are set
+            # back; no other setting changed
+            try:
+                restored = await restore_broker_config(admin, addr, config)
+            finally:
+                await admin.shutdown()
             # a fresh well-behaved client is served
             fresh = GoodClient(addr)
             try:
@@ -147,6 +172,7 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
                 after=after,
                 mem=mem,
                 good=good,
+                restored=restored,
             )
 
         r = arun(main(), timeout=budget + 120)
@@ -171,6 +197,8 @@ def test_fuzzed_requests_and_frames(arun, tmp_path, long_mode, report):
         close_reasons_logged=len(closes),
         close_reasons=sorted({reason.split(":")[0] for _, reason in closes}),
         answers_by_code={str(k): v for k, v in sorted(stats.answers.items())},
+        request_codes_fuzzed=len(broker_codes) + len(namesrv_codes),
+        runtime_settings_set_back=sorted(r["restored"]),
         held_pulls_left_unanswered=stats.held_unanswered,
         failures=stats.failure_count,
         unhandled=stats.unhandled,

@@ -28,7 +28,7 @@ from pyrmq.broker.ha.replicas import ReplicasManager
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.ha.slave_sync import SlaveSynchronize
 from pyrmq.common.errors import ClientError
-from pyrmq.remoting import RemotingCommand, RequestCode
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
 from pyrmq.storage.files import stored_topics
@@ -204,10 +204,13 @@ class BrokerRoles:
             self.ha_client.epochs = self.epochs
             self._spawn(self._resolve_master_ha(master_addr), "pyrmq:ha:resolve-master")
 
-    def role_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """NOTIFY_BROKER_ROLE_CHANGED (1008, one-way, from a controller)."""
+    def role_changed(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """NOTIFY_BROKER_ROLE_CHANGED (1008, one-way from a controller). Sent
+        as a two-way request it is answered SUCCESS, so its sender does not
+        wait for an answer that never comes (a one-way request gets none)."""
         if self.replicas is not None:
             self.replicas.notified()
+        return cmd.response(ResponseCode.SUCCESS)
 
     async def _resolve_master_ha(self, master_addr: str) -> None:
         """The master's HA port, from its runtime info (bounded retries)."""

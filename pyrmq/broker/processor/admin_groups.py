@@ -106,12 +106,18 @@ class AdminGroupProcessor:
             if data is None:
                 raise ValueError("the body holds no SubscriptionGroupConfig")
             sgc = SubscriptionGroupConfig.from_json(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InvalidParameterError(f"bad subscription group config: {e}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:  # Recursion: too deep
+            raise InvalidParameterError(f"bad subscription group config: {e!r}") from None
         if sgc.retry_queue_nums < 0 or sgc.retry_max_times < -1:
             raise InvalidParameterError(
                 f"retryQueueNums={sgc.retry_queue_nums} and retryMaxTimes={sgc.retry_max_times} "
                 "must not be negative"
+            )
+        if sgc.retry_queue_nums > self.topics.max_queue_nums:
+            # the group's %RETRY% topic gets this many queues
+            raise InvalidParameterError(
+                f"retryQueueNums={sgc.retry_queue_nums} is more than maxQueueNums="
+                f"{self.topics.max_queue_nums}"
             )
         self.groups.update(sgc)
         await self.groups.persist()
@@ -324,7 +330,7 @@ class AdminGroupProcessor:
             _, offset = decode_offset_msg_id(msg_id)
             m = self.store.look_message_by_offset(offset)
             body = self.store.read([(offset, m["store_size"])])
-        except (StoreError, ValueError) as e:
+        except (StoreError, ValueError, OverflowError) as e:  # Overflow: offset >= 2^63
             raise BrokerSystemError(f"no message with offset id {msg_id} here: {e}") from None
         cmd.ext_fields["brokerName"] = self.broker_name
         return await self._call_consumer(
