@@ -299,6 +299,8 @@ def broker_templates() -> list[Template]:
         (RC.SEND_MESSAGE_V2, v2(send), b"fuzz-body-v2"),
         (RC.SEND_BATCH_MESSAGE, v2(dict(send, batch="1", properties="")), batch),
         (RC.PULL_MESSAGE, pull, b""),
+        (RC.QUERY_CONSUME_QUEUE, {"consumerGroup": "FuzzG", "index": "0", "count": "10",
+                                  **topic_q}, b""),
         (RC.QUERY_MESSAGE, {"topic": "FuzzT", "key": "k1", "maxNum": "8",
                             "beginTimestamp": "0", "endTimestamp": str(2**62)}, b""),
         (RC.QUERY_CONSUMER_OFFSET, {"consumerGroup": "FuzzG", **topic_q}, b""),
@@ -393,6 +395,11 @@ def namesrv_templates() -> list[Template]:
         (RC.PUT_KV_CONFIG, {"namespace": "FuzzNS", "key": "k", "value": "v"}, b""),
         (RC.GET_KV_CONFIG, {"namespace": "FuzzNS", "key": "k"}, b""),
         (RC.DELETE_KV_CONFIG, {"namespace": "FuzzNS", "key": "k"}, b""),
+        (RC.GET_NAMESRV_CONFIG, {}, b""),
+        (RC.UPDATE_NAMESRV_CONFIG, {}, b"scanNotActiveBrokerInterval=5000\n"),
+        (RC.UPDATE_NAMESRV_CONFIG, {}, b"enableTopicList=true\nenableAllTopicList=true\n"),
+        (RC.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "fuzz-ns-b"}, b""),
+        (RC.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "fuzz-ns-b"}, b""),
     ]  # fmt: skip
 
 
