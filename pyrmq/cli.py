@@ -339,6 +339,18 @@ async def _start_at_end(client: Any, group: str, topic: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader of our output went away (`pyrmq admin topicList | head`):
+        # nothing to tell it; end as a command killed by SIGPIPE would, and
+        # point stdout at /dev/null so the interpreter's final flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     p = _Parser(
         prog="pyrmq", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

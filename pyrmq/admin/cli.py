@@ -706,6 +706,8 @@ def main(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            raise  # `| head` closed the output: pyrmq.cli.main ends quietly
         except Exception as e:
             print(error_line(e), file=sys.stderr)
             return 1

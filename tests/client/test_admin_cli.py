@@ -494,3 +494,25 @@ def test_cli_errors(server):
     )
     assert "invalid choice" in failed("admin", "noSuchCommand")
     assert "give the topic" in failed("admin", "consumerProgress", "-n", n, "-g", "NeverSeen")
+
+
+def test_cli_output_closed_by_its_reader_ends_quietly(server, tmp_path):
+    """`pyrmq admin getBrokerConfig | true`: the reader is gone before the
+    command writes; it ends with 141 (a SIGPIPE'd command's status) and
+    prints nothing, neither "error: Broken pipe" nor a traceback."""
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pyrmq", "admin", "getBrokerConfig", "-n", server.namesrv,
+             "-b", server.broker],
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        proc.stdout.close()  # before the command has even imported pyrmq
+        try:
+            rc = proc.wait(timeout=CLI_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert (rc, (tmp_path / "stderr").read_text()) == (141, "")
