@@ -18,27 +18,22 @@ import functools
 import logging
 import ssl
 import time
-import zlib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import rmqcore
 from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pyrmq.client.instance import ClientInstance
-from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError, StoreError
+from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError
 from pyrmq.common.message import (
-    COMPRESS_LEVEL,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    SYSFLAG_COMPRESSED,
     Message,
     MessageQueue,
-    new_unique_id,
 )
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
-from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.producer.fault import MQFaultStrategy
+from pyrmq.producer.prepare import SendJob, make_job
 from pyrmq.producer.selector import MessageQueueSelector
 from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, ResponseCode
@@ -71,22 +66,6 @@ def _route_suspect(e: BaseException) -> bool:
     if isinstance(e, BrokerError):
         return e.code != ResponseCode.SYSTEM_BUSY
     return isinstance(e, RemotingError)
-
-
-class _SendJob(NamedTuple):
-    """A prepared send: what goes on the wire and where it may go."""
-
-    topic: str
-    body: bytes
-    props: str
-    sys_flag: int
-    uniq: str
-    flag: int
-    batch: bool
-    msg: Message
-    mq: MessageQueue | None
-    selector: MessageQueueSelector | None
-    arg: Any
 
 
 class Producer:
@@ -332,75 +311,18 @@ class Producer:
 
     # -- message preparation ------------------------------------------------------------------
 
-    def _check_message(self, msg: Message) -> None:
-        if not isinstance(msg, Message):
-            raise TypeError(f"expected a pyrmq.Message, got {type(msg).__name__}")
-        if msg.topic == DEFAULT_TOPIC:
-            raise ClientError(f"the topic {DEFAULT_TOPIC} is reserved for topic auto-creation")
-        try:
-            rmqcore.validate_topic(msg.topic)
-        except StoreError as e:
-            raise ClientError(
-                f"topic {msg.topic!r} is not valid: {e} (1..127 characters of "
-                "letters, digits, '%', '|', '_' and '-')"
-            ) from None
-        if not msg.body:
-            raise ClientError("the message body is empty")
-        if len(msg.body) > self.max_message_size:
-            raise ClientError(
-                f"the message body is {len(msg.body)} bytes; max_message_size is "
-                f"{self.max_message_size}"
-            )
-
-    def _prepare(self, msg: Message) -> tuple[bytes, str, int, str]:
-        """(body as sent, properties string, sysFlag, unique id)."""
-        self._check_message(msg)
-        props = msg.properties
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq:
-            uniq = new_unique_id()
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-        body = msg.body
-        sys_flag = 0
-        if len(body) >= self.compress_msg_body_over_howmuch:
-            body = zlib.compress(body, COMPRESS_LEVEL)
-            sys_flag |= SYSFLAG_COMPRESSED
-        return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
-
-    def _prepare_batch(self, msgs: Sequence[Message]) -> tuple[str, bytes, str]:
-        """(topic, batch body, comma-joined unique ids) of a batch; the
-        messages are checked and encoded in one pass in C."""
-        if not msgs:
-            raise ClientError("the batch is empty")
-        self._check_message(msgs[0])
-        topic = msgs[0].topic
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            raise ClientError("a batch cannot be sent to a %RETRY% topic")
-        head, seq = new_unique_id.reserve(len(msgs))
-        try:
-            body, ids = rmqcore.encode_message_batch(
-                list(msgs), topic, head, seq, self.max_message_size, Message
-            )
-        except ValueError as e:
-            raise ClientError(str(e)) from None
-        return topic, body, ids
-
     def _job(
         self,
         msg: Message | list[Message],
         mq: MessageQueue | None,
         selector: MessageQueueSelector | None,
         arg: Any,
-    ) -> _SendJob:
-        if isinstance(msg, Message):
-            body, props, sys_flag, uniq = self._prepare(msg)
-            return _SendJob(
-                msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
-            )
-        topic, body, ids = self._prepare_batch(msg)
-        return _SendJob(topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg)
+    ) -> SendJob:
+        return make_job(
+            msg, mq, selector, arg, self.max_message_size, self.compress_msg_body_over_howmuch
+        )
 
-    def _command(self, job: _SendJob, target: MessageQueue, born: int) -> RemotingCommand:
+    def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:
         return self.client.api.send_command(
             target,
             job.body,
@@ -476,7 +398,7 @@ class Producer:
                 f"the batch is {len(body)} bytes; max_message_size is {self.max_message_size}: "
                 "split it into smaller batches"
             )
-        job = _SendJob(
+        job = SendJob(
             topic, body, "", 0, ",".join(msg_ids), 0, True, Message(topic, b""), mq, None, None
         )
         self._inflight += 1
@@ -556,7 +478,7 @@ class Producer:
 
     def _send_future(
         self,
-        job: _SendJob,
+        job: SendJob,
         timeout: float | None,
         retries: int,
         callback: SendCallback | None = None,
@@ -705,7 +627,7 @@ class Producer:
 
     async def _send(
         self,
-        job: _SendJob,
+        job: SendJob,
         timeout: float | None,
         retries: int,
         avoid: str | None = None,

@@ -1,0 +1,116 @@
+"""What a producer checks and encodes of a message before it picks a
+queue: the SendJob every send path (awaited, async, oneway, batch) carries
+to the wire."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import rmqcore
+from pyrmq.client.api import DEFAULT_TOPIC
+from pyrmq.common.errors import ClientError, StoreError
+from pyrmq.common.message import (
+    COMPRESS_LEVEL,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SYSFLAG_COMPRESSED,
+    Message,
+    MessageQueue,
+    new_unique_id,
+)
+from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
+from pyrmq.producer.selector import MessageQueueSelector
+
+
+class SendJob(NamedTuple):
+    """A prepared send: what goes on the wire and where it may go."""
+
+    topic: str
+    body: bytes
+    props: str
+    sys_flag: int
+    uniq: str
+    flag: int
+    batch: bool
+    msg: Message
+    mq: MessageQueue | None
+    selector: MessageQueueSelector | None
+    arg: Any
+
+
+def check_message(msg: Message, max_message_size: int) -> None:
+    """ClientError (TypeError for what is not a Message) naming what a
+    broker would refuse: a reserved or malformed topic, an empty or too
+    large body."""
+    if not isinstance(msg, Message):
+        raise TypeError(f"expected a pyrmq.Message, got {type(msg).__name__}")
+    if msg.topic == DEFAULT_TOPIC:
+        raise ClientError(f"the topic {DEFAULT_TOPIC} is reserved for topic auto-creation")
+    try:
+        rmqcore.validate_topic(msg.topic)
+    except StoreError as e:
+        raise ClientError(
+            f"topic {msg.topic!r} is not valid: {e} (1..127 characters of "
+            "letters, digits, '%', '|', '_' and '-')"
+        ) from None
+    if not msg.body:
+        raise ClientError("the message body is empty")
+    if len(msg.body) > max_message_size:
+        raise ClientError(
+            f"the message body is {len(msg.body)} bytes; max_message_size is {max_message_size}"
+        )
+
+
+def prepare(msg: Message, max_message_size: int, compress_over: int) -> tuple[bytes, str, int, str]:
+    """(body as sent, properties string, sysFlag, unique id); the message
+    gets its UNIQ_KEY here when it has none."""
+    check_message(msg, max_message_size)
+    props = msg.properties
+    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if not uniq:
+        uniq = new_unique_id()
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+    body = msg.body
+    sys_flag = 0
+    if len(body) >= compress_over:
+        body = zlib.compress(body, COMPRESS_LEVEL)
+        sys_flag |= SYSFLAG_COMPRESSED
+    return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
+
+
+def prepare_batch(msgs: Sequence[Message], max_message_size: int) -> tuple[str, bytes, str]:
+    """(topic, batch body, comma-joined unique ids) of a batch; the
+    messages are checked and encoded in one pass in C."""
+    if not msgs:
+        raise ClientError("the batch is empty")
+    check_message(msgs[0], max_message_size)
+    topic = msgs[0].topic
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        raise ClientError("a batch cannot be sent to a %RETRY% topic")
+    head, seq = new_unique_id.reserve(len(msgs))
+    try:
+        body, ids = rmqcore.encode_message_batch(
+            list(msgs), topic, head, seq, max_message_size, Message
+        )
+    except ValueError as e:
+        raise ClientError(str(e)) from None
+    return topic, body, ids
+
+
+def make_job(
+    msg: Message | list[Message],
+    mq: MessageQueue | None,
+    selector: MessageQueueSelector | None,
+    arg: Any,
+    max_message_size: int,
+    compress_over: int,
+) -> SendJob:
+    """The SendJob of one message, or of a batch (a list)."""
+    if isinstance(msg, Message):
+        body, props, sys_flag, uniq = prepare(msg, max_message_size, compress_over)
+        return SendJob(
+            msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
+        )
+    topic, body, ids = prepare_batch(msg, max_message_size)
+    return SendJob(topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg)
