@@ -46,6 +46,10 @@ class ConfigUpdate:
     config: BrokerConfig
     changed: dict[str, str]
 
+    def __bool__(self) -> bool:
+        """Whether it changes anything (RuntimeConfig.prepare's contract)."""
+        return bool(self.changed)
+
 
 def _text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)

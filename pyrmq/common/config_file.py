@@ -8,6 +8,7 @@ with an error in the log naming both."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -15,12 +16,13 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from pyrmq.common.errors import ClientError
+from pyrmq.common.errors import BrokerSystemError, ClientError, InvalidParameterError
 
 log = logging.getLogger("pyrmq.config")
 T = TypeVar("T")
+U = TypeVar("U")
 #: what a damaged state file raises: not JSON (ClientError, from read_json),
 #: or JSON whose shape or values the caller's parse refuses
 _DAMAGED = (ClientError, ValueError, TypeError, KeyError, AttributeError)
@@ -187,6 +189,78 @@ def rewrite_properties_file(
     mode = os.stat(path).st_mode & 0o7777
     raw = update_properties_text(text, changes, spellings, note).encode("utf-8")
     write_bytes_atomic(path, raw, mode=mode)
+
+
+class RuntimeConfig(Protocol[U]):
+    """A server's settings that can change while it runs (the broker's
+    BrokerRuntimeConfig, the name server's NamesrvRuntimeConfig)."""
+
+    #: the config file it was started from (-c); None: updates live in memory
+    config_path: str | None
+
+    def prepare(self, changes: dict[str, str]) -> U:
+        """What the changes would do, checked whole; nothing changed yet.
+        Falsy when nothing would change. Raises a BrokerError naming what
+        is refused."""
+        ...
+
+    def persist(self, update: U) -> None:
+        """Blocking: the update written into config_path (OSError: the file
+        is as it was)."""
+        ...
+
+    def apply(self, update: U) -> object:
+        """Set the update on the running server."""
+        ...
+
+
+class ConfigUpdater(Generic[U]):
+    """UPDATE_BROKER_CONFIG and UPDATE_NAMESRV_CONFIG, one procedure for
+    both: the request's properties text is checked whole, written into the
+    server's config file when it was started from one (in an executor
+    thread, RocketMQ's Configuration.persist), then applied, one update at
+    a time. A file that cannot be written changes nothing (RocketMQ applies
+    first and only logs the failure)."""
+
+    def __init__(self, config: RuntimeConfig[U], server: str, config_file: str) -> None:
+        self.config = config
+        #: "the broker", "the name server": for the remarks
+        self._server = server
+        #: "broker.conf", "namesrv.conf"
+        self._config_file = config_file
+        self._lock = asyncio.Lock()
+
+    async def update(self, body: bytes) -> str | None:
+        """Apply a request's body; the answer's remark (None: nothing to
+        say). Raises InvalidParameterError for an unreadable body,
+        BrokerSystemError when the file cannot be written, and what
+        prepare raises."""
+        try:
+            changes = parse_properties_text(body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidParameterError(f"string2Properties error: {e}") from None
+        if not changes:
+            raise InvalidParameterError("the body names no config key to update")
+        config = self.config
+        async with self._lock:
+            update = config.prepare(changes)
+            path = config.config_path
+            if path is not None and update:
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        JsonStateFile.executor(), config.persist, update
+                    )
+                except OSError as e:
+                    raise BrokerSystemError(
+                        f"config not changed: cannot write {path}: {e.strerror or e}"
+                    ) from None
+            config.apply(update)
+        if path is None and update:
+            return (
+                f"applied in memory only: {self._server} was started without a config file "
+                f"(-c {self._config_file}), so a restart goes back to the old values"
+            )
+        return None
 
 
 class JsonStateFile:

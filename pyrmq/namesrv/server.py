@@ -11,7 +11,7 @@ import struct
 import zlib
 from typing import Any
 
-from pyrmq.common.config_file import JsonStateFile, parse_properties_text
+from pyrmq.common.config_file import ConfigUpdater, JsonStateFile
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv.config import NamesrvRuntimeConfig, NamesrvSettings
 from pyrmq.namesrv.metrics import NameServerMetrics
@@ -51,7 +51,7 @@ class NameServer:
         self.config = NamesrvRuntimeConfig(
             settings, {"kvConfigPath": kv_config_path or ""}, config_path
         )
-        self._config_lock = asyncio.Lock()
+        self._config_updater = ConfigUpdater(self.config, "the name server", "namesrv.conf")
         self.server = RemotingServer(host, port, name="namesrv", tls=tls)
         #: the Prometheus endpoint (metricsExporterType=PROM), else None
         self.metrics = (
@@ -310,40 +310,10 @@ class NameServer:
 
     async def _update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_NAMESRV_CONFIG (318), body: properties text of the keys to
-        change. Checked whole, written into namesrv.conf (when started from
-        one), then applied; a failed write changes nothing (SYSTEM_ERROR)."""
-        try:
-            changes = parse_properties_text(cmd.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            return cmd.response(
-                ResponseCode.INVALID_PARAMETER, remark=f"string2Properties error: {e}"
-            )
-        if not changes:
-            return cmd.response(
-                ResponseCode.INVALID_PARAMETER, remark="the body names no config key to update"
-            )
-        async with self._config_lock:
-            changed = self.config.prepare(changes)
-            path = self.config.config_path
-            if path is not None and changed:
-                loop = asyncio.get_running_loop()
-                try:
-                    await loop.run_in_executor(
-                        JsonStateFile.executor(), self.config.persist, changed
-                    )
-                except OSError as e:
-                    return cmd.response(
-                        ResponseCode.SYSTEM_ERROR,
-                        remark=f"config not changed: cannot write {path}: {e.strerror or e}",
-                    )
-            self.config.apply(changed)
-        if path is None and changed:
-            return cmd.response(
-                ResponseCode.SUCCESS,
-                remark="applied in memory only: the name server was started without a config "
-                "file (-c namesrv.conf), so a restart goes back to the old values",
-            )
-        return cmd.response(ResponseCode.SUCCESS)
+        change (see ConfigUpdater: checked whole, written into
+        namesrv.conf, applied)."""
+        remark = await self._config_updater.update(cmd.body)
+        return cmd.response(ResponseCode.SUCCESS, remark=remark)
 
     def _put_kv(self, conn: Connection, cmd: RemotingCommand) -> Any:
         f = cmd.ext_fields

@@ -6,17 +6,16 @@ UPDATE_BROKER_CONFIG (25)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 
 from pyrmq.broker.processor.admin_groups import AdminGroupProcessor, store_timestamp
 from pyrmq.broker.processor.headers import field
-from pyrmq.broker.runtime_config import BrokerRuntimeConfig, parse_properties_text
+from pyrmq.broker.runtime_config import BrokerRuntimeConfig
 from pyrmq.broker.stats import STATS_NAMES, TOPIC_PUT_NUMS, BrokerStatsManager
 from pyrmq.broker.topic_config import TopicConfigManager
-from pyrmq.common.config_file import JsonStateFile
-from pyrmq.common.errors import BrokerSystemError, InvalidParameterError, TopicNotExistError
+from pyrmq.common.config_file import ConfigUpdater
+from pyrmq.common.errors import BrokerSystemError, TopicNotExistError
 from pyrmq.common.fastjson import ObjectKeyMap, dumps, mq_key
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection
@@ -42,7 +41,7 @@ class AdminStatsProcessor:
         self.groups = groups
         self.broker_name = broker_name
         self._broker_addr = broker_addr
-        self._update_lock = asyncio.Lock()
+        self._updater = ConfigUpdater(runtime, "the broker", "broker.conf")
 
     def topic_stats_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         """Header topic. Body: TopicStatsTable, min and max offset and the
@@ -131,35 +130,7 @@ class AdminStatsProcessor:
         )
 
     async def update_broker_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        """Body: the settings to change, as Java properties text. Checked
-        whole, then written into the broker's config file (when it was
-        started from one), then applied: a file that cannot be written
-        changes nothing and answers SYSTEM_ERROR naming it. One update at a
-        time (RocketMQ: synchronized)."""
-        try:
-            changes = parse_properties_text(cmd.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InvalidParameterError(f"string2Properties error: {e}") from None
-        if not changes:
-            raise InvalidParameterError("the body names no config key to update")
-        async with self._update_lock:
-            update = self.runtime.prepare(changes)
-            path = self.runtime.config_path
-            if path is not None and update.changed:
-                loop = asyncio.get_running_loop()
-                try:
-                    await loop.run_in_executor(
-                        JsonStateFile.executor(), self.runtime.persist, update
-                    )
-                except OSError as e:
-                    raise BrokerSystemError(
-                        f"config not changed: cannot write {path}: {e.strerror or e}"
-                    ) from None
-            self.runtime.apply(update)
-        if path is None and update.changed:
-            return cmd.response(
-                ResponseCode.SUCCESS,
-                remark="applied in memory only: the broker was started without a config file "
-                "(-c broker.conf), so a restart goes back to the old values",
-            )
-        return cmd.response(ResponseCode.SUCCESS)
+        """Body: the settings to change, as Java properties text (see
+        ConfigUpdater: checked whole, written into broker.conf, applied)."""
+        remark = await self._updater.update(cmd.body)
+        return cmd.response(ResponseCode.SUCCESS, remark=remark)
