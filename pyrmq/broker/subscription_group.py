@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrmq.common.config_file import JsonStateFile
-from pyrmq.common.errors import InvalidParameterError
+from pyrmq.common.errors import InvalidParameterError, SubscriptionGroupNotExistError
 from pyrmq.common.topics import SYSTEM_GROUPS
 
 log = logging.getLogger("pyrmq.broker")
@@ -202,6 +202,17 @@ class SubscriptionGroupManager:
         sgc = self.table[group] = self._new(group)
         log.info("subscription group %s auto-created", group)
         self._changed()
+        return sgc
+
+    def require(self, group: str) -> SubscriptionGroupConfig:
+        """find(), or SubscriptionGroupNotExistError (what a pull or a
+        send-back of an unknown group answers with auto-creation off)."""
+        sgc = self.find(group)
+        if sgc is None:
+            raise SubscriptionGroupNotExistError(
+                f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup "
+                "is off: create it with updateSubGroup)"
+            )
         return sgc
 
     def update(self, sgc: SubscriptionGroupConfig) -> None:

@@ -449,13 +449,7 @@ class Dashboard:
             f.text("target", "retry"),
         )
         return (
-            _url(
-                "/message",
-                topic=topic,
-                broker=f.text("broker"),
-                queue=f.text("queue"),
-                offset=f.text("offset"),
-            ),
+            _message_url(f),
             f"resent to {dest}: {r.send_status.name}, new msgId {r.msg_id}",
         )
 
@@ -476,14 +470,7 @@ class Dashboard:
         if flags:
             shown += "; " + json.dumps(flags)
         return (
-            _url(
-                "/message",
-                topic=topic,
-                broker=f.text("broker"),
-                queue=f.text("queue"),
-                offset=f.text("offset"),
-                group=f.text("group"),
-            ),
+            _message_url(f, "group"),
             f"consumed by {client_id} of {group}: {shown}",
         )
 
@@ -498,6 +485,13 @@ class Dashboard:
 
 def _url(path: str, **params: str) -> str:
     return path + "?" + urllib.parse.urlencode(params) if params else path
+
+
+def _message_url(f: Form, *more: str) -> str:
+    """The message page of the message a form acted on (topic, broker,
+    queue, offset, and the `more` fields)."""
+    fields = ("topic", "broker", "queue", "offset", *more)
+    return _url("/message", **{k: f.text(k) for k in fields})
 
 
 def _redirect(url: str, **params: str) -> RedirectResponse:

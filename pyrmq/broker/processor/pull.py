@@ -27,7 +27,6 @@ from pyrmq.common.errors import (
     BrokerError,
     BrokerSystemError,
     NoPermissionError,
-    SubscriptionGroupNotExistError,
     SubscriptionNotExistError,
     TopicNotExistError,
 )
@@ -222,12 +221,7 @@ class PullMessageProcessor:
         if not self.broker_permission & 4:
             raise NoPermissionError("the broker does not allow reads now")
         if self.groups is not None:
-            sgc = self.groups.find(group)
-            if sgc is None:
-                raise SubscriptionGroupNotExistError(
-                    f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup "
-                    "is off: create it with updateSubGroup)"
-                )
+            sgc = self.groups.require(group)
             if not sgc.consume_enable:
                 raise NoPermissionError(f"subscription group no permission, {group}")
         tc = self.topics.get(topic)

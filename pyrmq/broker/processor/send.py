@@ -32,7 +32,6 @@ from pyrmq.common.errors import (
     NoPermissionError,
     ServiceNotAvailableError,
     StoreError,
-    SubscriptionGroupNotExistError,
     SystemBusyError,
 )
 from pyrmq.common.topics import (
@@ -623,12 +622,7 @@ class SendMessageProcessor:
         delay_level = _int(f, "delayLevel", 0)
         max_times, retry_queues = self.max_reconsume_times, self.retry_queue_nums
         if self.groups is not None:
-            sgc = self.groups.find(group)
-            if sgc is None:
-                raise SubscriptionGroupNotExistError(
-                    f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup "
-                    "is off: create it with updateSubGroup)"
-                )
+            sgc = self.groups.require(group)
             max_times, retry_queues = sgc.retry_max_times, sgc.retry_queue_nums
         if cmd.version >= 121 and f.get("maxReconsumeTimes"):
             max_times = _int(f, "maxReconsumeTimes")
