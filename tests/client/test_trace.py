@@ -275,6 +275,15 @@ def test_tracing_never_fails_a_send(tmp_path, arun):
         async with LocalCluster(str(tmp_path / "store")) as c:
             async with Producer("PG-x", c.namesrv_addr) as setup:
                 await setup.send(Message(TOPIC, b"route"))
+
+                async def routed() -> bool:
+                    # the auto-created topic registered with the name server
+                    # (a busy machine may take a while): the traced producer
+                    # below finds TOPIC's route, not TBW102's, which goes next
+                    route = await setup.client.update_topic_route(TOPIC)
+                    return route is not None and bool(route.publish_queues(TOPIC))
+
+                await wait_until(routed, f"{TOPIC}'s route at the name server", stall_after=20)
             c.broker.topics.table.pop("TBW102")  # type: ignore[union-attr]
             async with Producer("PG-t", c.namesrv_addr, enable_msg_trace=True) as p:
                 for i in range(20):
