@@ -3,7 +3,9 @@ and a broker group of two brokers with enableControllerMode=true. The
 master is SIGKILLed under load, again and again (every second time with one
 of the three controllers, restarted afterwards): a new master is elected
 from the SyncStateSet, sends succeed again, the old master returns as a
-slave and cuts any tail the new master never had, and in the end every
+slave and cuts any tail the new master never had (a kill right after the
+master shrank its SyncStateSet to itself elects nobody: the controllers must
+say so, and the old master takes over again), and in the end every
 acknowledged message is consumed and the replicas' CommitLogs are
 identical up to their common end.
 
@@ -28,6 +30,7 @@ from typing import Any
 from pyrmq.common.errors import RMQError
 from pyrmq.common.message import Message
 from pyrmq.common.results import SendStatus
+from pyrmq.controller.client import ControllerClient
 from pyrmq.producer import Producer
 from pyrmq.testing.cluster import ProcessCluster
 from pyrmq.testing.controllers import ControllerGroup
@@ -35,7 +38,7 @@ from pyrmq.testing.ha import replica_tables, settled_master, stored_messages
 from tests._waiting import wait_until
 from tests.chaos._crash_helpers import Admin, CppLoad
 from tests.chaos._net_ns import NetNs
-from tests.ha.conftest import NAMES
+from tests.ha.conftest import GROUP, NAMES, controller_addr
 from tests.ha.test_replication import consumed_by_new_group, consumer
 
 TOPIC = "FailoverT"
@@ -161,6 +164,8 @@ async def failover_loop(
         senders = [asyncio.create_task(sender(k)) for k in range(4)]
         outages: list[float] = []
         moves = 0  # elections beyond the kills (late heartbeats)
+        unelectable = 0  # kills after which only the killed master could take over
+        cc = ControllerClient(controller_addr(ctl, ns), timeout=2.0, retry_timeout=3.0)
         controller_kills = 0  # a controller SIGKILLed with every second master
         # the RocketMQ C++ client, unchanged, as a second producer and consumer
         cpp = CppLoad(c.namesrv_addr, TOPIC, "fo-cpp", "cpp", c.root / "cpp.log")
@@ -191,9 +196,22 @@ async def failover_loop(
                     down = n % 3
                     ctl.kill(down)
                     controller_kills += 1
+                master_id = int((await roles(admin, c))[master]["controllerBrokerId"])
                 killed_at = time.monotonic()
                 c.kill_broker(master)
-                new = await _wait_new_master(admin, c, master)
+                new = await _wait_new_master(admin, c, master, master_id, cc)
+                if new is None:
+                    # the master shrank its SyncStateSet to itself just
+                    # before it died (a slave fell behind or reconnected;
+                    # the change was still in flight when the group looked
+                    # settled): only the master itself may take over, so the
+                    # group waits for it. It returns and must be master again.
+                    unelectable += 1
+                    if down is not None:
+                        await ctl.start([down])
+                    await c.start_broker_async(master)
+                    master = await wait_settled(admin, c)
+                    continue
 
                 def first_fail(killed_at: float = killed_at) -> float:
                     return min((t for t in failed_at if t >= killed_at), default=killed_at)
@@ -241,8 +259,10 @@ async def failover_loop(
                 t.cancel()
             await asyncio.gather(*senders, return_exceptions=True)
             await live.shutdown()
+            await cc.shutdown()
             cpp_exit = cpp.close()
     compared = stop_and_compare_replicas(c)
+    assert outages, f"none of the {kills} kills left an electable replica: nothing failed over"
     print(
         f"\ncontroller failover (seed {seed}): {kills} master kills ({controller_kills} of "
         f"them with a controller SIGKILLed too), other faults {dict(faults)}, then 2 of 3 "
@@ -254,7 +274,8 @@ async def failover_loop(
         f"consumer {cpp.tally.duplicates()} redeliveries of a stored record); "
         f"other answers {dict(other)}; outage s (first failed to first good send): "
         f"min {min(outages):.2f} median {statistics.median(outages):.2f} "
-        f"max {max(outages):.2f}; extra master moves {moves}; replica logs identical over "
+        f"max {max(outages):.2f}; extra master moves {moves}; kills with no electable "
+        f"replica (SyncStateSet shrunk to the master) {unelectable}; replica logs identical over "
         f"{compared} bytes"
     )
 
@@ -278,8 +299,13 @@ async def wait_settled(admin: Admin, c: ProcessCluster) -> str:
     return found[-1]
 
 
-async def _wait_new_master(admin: Admin, c: ProcessCluster, old: str) -> str:
-    found: list[str] = []
+async def _wait_new_master(
+    admin: Admin, c: ProcessCluster, old: str, old_id: int, cc: ControllerClient
+) -> str | None:
+    """The broker elected after `old` (controller brokerId old_id) was
+    killed; None when the controllers say nobody can be: no master and a
+    SyncStateSet of old_id alone (unclean election is off, as it must be)."""
+    found: list[str | None] = []
 
     async def check() -> bool:
         info = await roles(admin, c)
@@ -287,6 +313,13 @@ async def _wait_new_master(admin: Admin, c: ProcessCluster, old: str) -> str:
             if n != old and t.get("controllerRole") == "MASTER":
                 found.append(n)
                 return True
+        try:
+            group = await cc.get_replica_info(GROUP)
+        except RMQError:
+            return False
+        if group.master_broker_id is None and group.sync_state_set == {old_id}:
+            found.append(None)
+            return True
         return False
 
     await wait_until(check, f"a master other than {old}", stall_after=30)
