@@ -62,6 +62,7 @@ def test_a_message_resent_to_the_new_master_is_stored_once(tmp_path, arun):
                 await wait_until(slave_knows_topic, "the slave's copy of the topic config")
                 await asyncio.to_thread(c.kill_broker, old)
                 new = await _wait_new_master(admin, c, old)
+                assert new is not None
                 again = await client.invoke(c.broker_addr(new), send_frame(2), 10.0)
                 assert again.code == R.SUCCESS, again
                 for k in ("msgId", "queueId", "queueOffset"):

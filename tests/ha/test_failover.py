@@ -300,11 +300,16 @@ async def wait_settled(admin: Admin, c: ProcessCluster) -> str:
 
 
 async def _wait_new_master(
-    admin: Admin, c: ProcessCluster, old: str, old_id: int, cc: ControllerClient
+    admin: Admin,
+    c: ProcessCluster,
+    old: str,
+    old_id: int | None = None,
+    cc: ControllerClient | None = None,
 ) -> str | None:
     """The broker elected after `old` (controller brokerId old_id) was
-    killed; None when the controllers say nobody can be: no master and a
-    SyncStateSet of old_id alone (unclean election is off, as it must be)."""
+    killed. Given the controllers (cc), None when they say nobody can be: no
+    master and a SyncStateSet of old_id alone (unclean election is off, as
+    it must be)."""
     found: list[str | None] = []
 
     async def check() -> bool:
@@ -313,6 +318,8 @@ async def _wait_new_master(
             if n != old and t.get("controllerRole") == "MASTER":
                 found.append(n)
                 return True
+        if cc is None:
+            return False
         try:
             group = await cc.get_replica_info(GROUP)
         except RMQError:

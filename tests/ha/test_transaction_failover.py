@@ -84,6 +84,7 @@ def test_open_transactions_are_resolved_by_the_new_master(tmp_path, arun, report
                 )
                 await asyncio.to_thread(c.kill_broker, old)
                 new = await _wait_new_master(admin, c, old)
+                assert new is not None
                 app.hold = False
                 want = sorted(i for i, s in app.db.items() if s is COMMIT)
 
