@@ -31,9 +31,24 @@ def q(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
 
+#: tries of one screenshot: headless chromium starved of CPU sometimes
+#: answers captureScreenshot with "Unable to capture screenshot" (no frame
+#: was ready in time); a page that renders is captured on a later try
+SCREENSHOT_TRIES = 3
+
+
 async def shoot(page: Any, tmp_path: pathlib.Path, name: str) -> None:
+    from playwright.async_api import Error as PlaywrightError
+
     for path in screenshot_paths(tmp_path, name):
-        await page.screenshot(path=str(path))
+        for attempt in range(1, SCREENSHOT_TRIES + 1):
+            try:
+                await page.screenshot(path=str(path))
+                break
+            except PlaywrightError as e:
+                if "Unable to capture screenshot" not in str(e) or attempt == SCREENSHOT_TRIES:
+                    raise
+                await asyncio.sleep(1.0)
 
 
 async def visit(page: Any, url: str) -> Any:
