@@ -12,14 +12,15 @@ rest summed under `_other`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 from pyrmq.metrics import OTHER, BrokerTallies, Family, MetricsConfig, PromExporter, RpcTally
+from pyrmq.storage.clean import disk_used_ratio
 
 if TYPE_CHECKING:
     from pyrmq.broker.broker import Broker
@@ -279,13 +280,10 @@ class BrokerMetrics:
             behind = max(0, top - store.index_dispatched)
         f_dispatch.add((), behind)
         f_disk = Family.of("pyrmq_storage_disk_used_ratio")
-        try:
-            st = os.statvfs(os.path.join(b.store_config.store_path_root_dir, "commitlog"))
-            total = st.f_blocks * st.f_frsize
-            if total > 0:
-                f_disk.add((), 1 - st.f_bavail * st.f_frsize / total)
-        except OSError:
-            pass
+        # the ratio the broker itself compares with diskSpaceWarningLevelRatio
+        # (reserved blocks count neither as used nor as free)
+        with contextlib.suppress(OSError):
+            f_disk.add((), disk_used_ratio(b.store_config.store_path_root_dir))
         f_warn = Family.of("pyrmq_storage_disk_warning_ratio")
         f_warn.add((), b.store_config.disk_space_warning_level_ratio / 100)
         f_ha = Family.of("pyrmq_replication_slave_behind_bytes")

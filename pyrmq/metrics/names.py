@@ -164,7 +164,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "pyrmq_storage_disk_used_ratio",
         "gauge",
         (),
-        "Used fraction (0..1) of the file system holding the CommitLog",
+        "Used fraction (0..1) of the file system holding the store, as df shows it "
+        "(the ratio diskSpaceWarningLevelRatio is compared with)",
     ),
     MetricSpec(
         "pyrmq_storage_disk_warning_ratio",
