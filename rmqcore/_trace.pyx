@@ -247,21 +247,27 @@ cdef class PubBuffer:
                 self.dropped += 1
                 self.last_error = e
 
-    def take(self, Py_ssize_t max_body, Py_ssize_t max_records=0):
+    def take(self, Py_ssize_t max_body, Py_ssize_t max_records=0, Py_ssize_t max_keys=0):
         """Every record appended, in bodies of at most `max_body` bytes (a
-        longer record alone in its own) and, when `max_records` > 0, at
-        most that many records, emptied: a list of (body, keys), keys
-        space-separated, each once."""
+        longer record alone in its own), when `max_records` > 0 at most
+        that many records, and when `max_keys` > 0 at most that many bytes
+        of keys (what goes in the trace message's KEYS property, which a
+        CommitLog record caps at 32767 bytes of properties), emptied: a
+        list of (body, keys), keys space-separated, each once."""
         cdef list out = []
-        cdef Py_ssize_t i, start = 0, kstart = 0, end, prev = 0, kprev = 0, n = 0
+        cdef Py_ssize_t i, start = 0, kstart = 0, end, kend, prev = 0, kprev = 0, n = 0
         cdef Py_ssize_t *ends = <Py_ssize_t *>self.body_ends.p
         cdef Py_ssize_t *kends = <Py_ssize_t *>self.key_ends.p
         for i in range(self.count):
-            end = ends[i]
-            if prev > start and (end - start > max_body or n == max_records):
+            end, kend = ends[i], kends[i]
+            if prev > start and (
+                end - start > max_body
+                or n == max_records
+                or (max_keys > 0 and kend - kstart > max_keys)
+            ):
                 out.append(self._piece(start, prev, kstart, kprev))
                 start, kstart, n = prev, kprev, 0
-            prev, kprev = end, kends[i]
+            prev, kprev = end, kend
             n += 1
         if prev > start:
             out.append(self._piece(start, prev, kstart, kprev))

@@ -26,10 +26,7 @@ from pyrmq.acl.signing import AclClientRPCHook
 from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError
-from pyrmq.common.message import (
-    Message,
-    MessageQueue,
-)
+from pyrmq.common.message import COMPRESS_LEVEL, Message, MessageQueue
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
 from pyrmq.producer.fault import MQFaultStrategy
@@ -72,6 +69,8 @@ class Producer:
     """Sends messages to the brokers of a RocketMQ cluster.
 
     Parameters keep the Java names in snake_case; times are seconds.
+    Bodies of `compress_msg_body_over_howmuch` bytes or more (4096) are
+    zlib-compressed at `compress_level` (RocketMQ 5's compressLevel, 5).
     `send_latency_fault_enable` turns on latency fault tolerance (brokers
     that answered slowly or failed are avoided for a while); `clock` is the
     time source of that bookkeeping (tests inject one). `tls=True` (the
@@ -90,6 +89,7 @@ class Producer:
         retry_times_when_send_async_failed: int = 2,
         retry_another_broker_when_not_store_ok: bool = False,
         compress_msg_body_over_howmuch: int = 4096,
+        compress_level: int = COMPRESS_LEVEL,
         max_message_size: int = MAX_MESSAGE_SIZE,
         send_latency_fault_enable: bool = False,
         default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
@@ -112,12 +112,16 @@ class Producer:
             raise ValueError("producer_group must be 1..255 characters")
         if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
             raise ValueError("retry counts must be >= 0")
+        if not 0 <= compress_level <= 9:
+            raise ValueError(f"compress_level must be 0..9 (zlib), got {compress_level}")
         self.producer_group = producer_group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        #: zlib level of compressed bodies (RocketMQ's compressLevel, 5)
+        self.compress_level = compress_level
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
         self.fault_strategy = MQFaultStrategy(send_latency_fault_enable, clock)
@@ -319,7 +323,13 @@ class Producer:
         arg: Any,
     ) -> SendJob:
         return make_job(
-            msg, mq, selector, arg, self.max_message_size, self.compress_msg_body_over_howmuch
+            msg,
+            mq,
+            selector,
+            arg,
+            self.max_message_size,
+            self.compress_msg_body_over_howmuch,
+            self.compress_level,
         )
 
     def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:

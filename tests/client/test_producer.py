@@ -561,6 +561,25 @@ def test_compression_threshold_is_configurable(arun, tmp_path):
     arun(main())
 
 
+def test_compression_level_is_configurable(arun, tmp_path):
+    """compress_level is zlib's: 0 stores the body deflate-framed but not
+    smaller, the default shrinks it; outside 0..9 the producer refuses."""
+
+    async def main() -> None:
+        body = b"0123456789abcdef" * 1024
+        for level, shrinks in ((0, False), (5, True)):
+            kw = {"compress_level": level}
+            async with env(tmp_path / str(level), producer_kw=kw) as e:
+                r = await e.producer.send(Message("ZipT3", body))
+                m = await e.api.view_message(e.cluster.broker_addr, stored_at(r)[1])
+                assert m.sys_flag & SYSFLAG_COMPRESSED and m.body == body
+                assert (m.store_size < len(body)) is shrinks
+
+    arun(main())
+    with pytest.raises(ValueError, match=r"compress_level must be 0\.\.9"):
+        Producer("PG", "127.0.0.1:9876", compress_level=10)
+
+
 # -- unique ids -------------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pyrmq.admin import AdminClient
 from pyrmq.client.api import MQClientAPI
-from pyrmq.common.message import Message, MessageExt, MessageQueue
+from pyrmq.common.message import SYSFLAG_COMPRESSED, Message, MessageExt, MessageQueue
 from pyrmq.common.results import LocalTransactionState, SendResult, SendStatus
 from pyrmq.common.trace import CONTENT_SPLITOR, FIELD_SPLITOR, TRACE_TOPIC, TraceRecord, decode
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
@@ -147,6 +147,49 @@ def test_every_batch_of_pub_records_asks_for_a_flush():
     assert isinstance(failing.last_error, RuntimeError)
 
 
+def test_a_trace_messages_keys_stay_within_a_records_properties():
+    """Pieces are cut at max_keys bytes of keys too (the trace message's
+    KEYS property; a CommitLog record holds 32767 bytes of properties); a
+    record whose keys alone pass it goes in a piece of its own."""
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    for i in range(1, 11):
+        buf.append(*_pub(i, keys=f"{i}-" + "k" * 97))  # 100 bytes, + "IDn" and spaces
+    buf.append(*_pub(11, keys="x" * 500))
+    buf.append(*_pub(12))
+    pieces = buf.take(100_000, 100, 350)
+    ids = [[d.msg_id for d in decode(b.decode())] for b, _ in pieces]
+    assert ids == [["ID1", "ID2", "ID3"], ["ID4", "ID5", "ID6"], ["ID7", "ID8", "ID9"],
+                   ["ID10"], ["ID11"], ["ID12"]]  # fmt: skip
+    assert all(len(k) <= 350 for _, k in pieces if "x" * 500 not in k)
+
+
+def test_messages_with_long_keys_are_traced(tmp_path, arun):
+    """100 sends with 400-byte keys: their trace records need more keys
+    than one trace message holds, and every record is stored."""
+
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c:
+            async with Producer("PG-keys", c.namesrv_addr, enable_msg_trace=True) as p:
+                tracer = p.tracer
+                assert tracer is not None
+                ids = []
+                for i in range(100):
+                    r = await p.send(Message(TOPIC, b"x", keys=f"{i:03d}" + "k" * 400))
+                    ids.append(r.msg_id)
+            assert tracer.failed == 0 and tracer.dropped == 0 and tracer.sent >= 2
+            async with AdminClient(c.namesrv_addr) as admin:
+                for msg_id in (ids[0], ids[50], ids[99]):
+
+                    async def indexed(msg_id: str = msg_id) -> bool:
+                        return bool(await admin.query_msg_trace(msg_id))
+
+                    await wait_until(indexed, f"the trace of {msg_id}", stall_after=20)
+                    (pub,) = await admin.query_msg_trace(msg_id)
+                    assert pub.type == "Pub" and pub.keys.endswith("k" * 400)
+
+    arun(main(), timeout=90)
+
+
 def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
     """The trace producer joins the traced producer's client (one
     connection to the broker, both groups in its heartbeat), and leaves it
@@ -176,6 +219,20 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
             # 250 records in batches of 100: three trace messages at least
             assert tracer.failed == 0 and tracer.dropped == 0
             assert p.client.producer_data == [{"groupName": "PG-one"}]
+            # a batch over 4 KB is stored zlib-compressed, as RocketMQ
+            # clients store it, and is read back (inflated) as its records
+            remoting = RemotingClient(name="trace-reader")
+            try:
+                api = MQClientAPI(remoting, [c.namesrv_addr])
+                mq = MessageQueue(TRACE_TOPIC, "broker-a", 0)
+                stored = await read_queue(api, c.broker_addr, mq)
+            finally:
+                await remoting.shutdown()
+            assert sum(len(decode(m.body.decode())) for m in stored) == 250
+            full = [m for m in stored if len(decode(m.body.decode())) == 100]
+            assert len(full) >= 2
+            assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in full)
+            assert all(m.store_size < len(m.body) // 2 for m in full)
 
     arun(main(), timeout=90)
 
