@@ -4,7 +4,6 @@ every byte left on it (what another process filling the disk looks like)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 import subprocess
 from collections.abc import Iterator
@@ -55,12 +54,6 @@ def fill(path: pathlib.Path, limit: int | None = None) -> int:
                 if not n:
                     break
     return written
-
-
-def used_ratio(path: pathlib.Path) -> float:
-    """Used fraction of the filesystem holding path."""
-    st = os.statvfs(path)
-    return 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
 
 
 @contextlib.contextmanager
