@@ -5,6 +5,7 @@ from rmqcore._core import *  # noqa: F403
 from rmqcore._core import (  # noqa: F401
     GET_MESSAGE_STATUS,
     AppendResult,
+    Deflater,
     GetResult,
     MessageStoreCore,
     PubBuffer,

@@ -261,6 +261,15 @@ def encode_pub(
     success: bool,
 ) -> str: ...
 
+class Deflater:
+    """compress(body) -> body as a zlib stream, from one deflate state kept
+    for the deflater's life; one thread at a time."""
+
+    level: int
+    mem_level: int
+    def __init__(self, level: int = 5, mem_level: int = 8) -> None: ...
+    def compress(self, body: bytes | bytearray | memoryview) -> bytes: ...
+
 class PubBuffer:
     dropped: int
     last_error: Exception | None

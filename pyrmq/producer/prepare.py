@@ -4,15 +4,13 @@ to the wire."""
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import rmqcore
 from pyrmq.client.api import DEFAULT_TOPIC
 from pyrmq.common.errors import ClientError, StoreError
 from pyrmq.common.message import (
-    COMPRESS_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_COMPRESSED,
     Message,
@@ -62,30 +60,16 @@ def check_message(msg: Message, max_message_size: int) -> None:
         )
 
 
-#: zlib's memLevel for bodies under SMALL_BODY: a smaller hash table than
-#: zlib's default 8. Below 64 KB deflate's set-up dominates: at level 1 a
-#: 4 KB body compresses in 31 us instead of 53, 100 trace records (17 KB)
-#: in 15 us instead of 61, to within 1% of the same size; above it the
-#: default is faster.
-SMALL_BODY_MEM_LEVEL = 6
-SMALL_BODY = 64 * 1024
-
-
-def compress_body(body: bytes, level: int) -> bytes:
-    """body as a zlib stream (what sysFlag COMPRESSED says; any zlib reader
-    inflates it, whatever memLevel made it)."""
-    if len(body) >= SMALL_BODY:
-        return zlib.compress(body, level)
-    z = zlib.compressobj(level, zlib.DEFLATED, zlib.MAX_WBITS, SMALL_BODY_MEM_LEVEL)
-    return z.compress(body) + z.flush()
-
-
 def prepare(
-    msg: Message, max_message_size: int, compress_over: int, compress_level: int = COMPRESS_LEVEL
+    msg: Message,
+    max_message_size: int,
+    compress_over: int,
+    deflate: Callable[[bytes], bytes],
 ) -> tuple[bytes, str, int, str]:
     """(body as sent, properties string, sysFlag, unique id); the message
     gets its UNIQ_KEY here when it has none, and a body of at least
-    compress_over bytes is zlib-compressed at compress_level."""
+    compress_over bytes is compressed by `deflate` (a producer's
+    rmqcore.Deflater: a zlib stream)."""
     check_message(msg, max_message_size)
     props = msg.properties
     uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -95,7 +79,7 @@ def prepare(
     body = msg.body
     sys_flag = 0
     if len(body) >= compress_over:
-        body = compress_body(body, compress_level)
+        body = deflate(body)
         sys_flag |= SYSFLAG_COMPRESSED
     return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
 
@@ -126,11 +110,11 @@ def make_job(
     arg: Any,
     max_message_size: int,
     compress_over: int,
-    compress_level: int = COMPRESS_LEVEL,
+    deflate: Callable[[bytes], bytes],
 ) -> SendJob:
     """The SendJob of one message, or of a batch (a list)."""
     if isinstance(msg, Message):
-        body, props, sys_flag, uniq = prepare(msg, max_message_size, compress_over, compress_level)
+        body, props, sys_flag, uniq = prepare(msg, max_message_size, compress_over, deflate)
         return SendJob(
             msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
         )

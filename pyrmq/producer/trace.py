@@ -77,9 +77,9 @@ class TraceDispatcher:
             # compressed as every RocketMQ client compresses a body over
             # 4 KB, at zlib's fastest level: a batch of records shares most
             # of its bytes (group, topic, host, id prefixes), so 100 Pub
-            # records (17 KB) deflate to 1 KB in 15 us of the producer's
-            # time, and the broker stores a fifth of the bytes (the keys,
-            # 100 message ids, stay as they are)
+            # records (17 KB) deflate to 1 KB in about 15 us of the
+            # producer's time, and the broker stores a fifth of the bytes
+            # (the keys, 100 message ids, stay as they are)
             compress_msg_body_over_howmuch=COMPRESS_BODY_OVER,
             compress_level=TRACE_COMPRESS_LEVEL,
             max_message_size=max(max_body, 4 << 20),
