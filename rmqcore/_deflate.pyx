@@ -7,7 +7,7 @@ from libc.string cimport memset
 
 cdef extern from "zlib.h":
     ctypedef struct z_stream:
-        const unsigned char *next_in
+        unsigned char *next_in
         unsigned int avail_in
         unsigned char *next_out
         unsigned int avail_out
@@ -77,7 +77,8 @@ cdef class Deflater:
                 raise MemoryError()
             self.out_cap = bound
         deflateReset(&self.zs)
-        self.zs.next_in = &body[0] if n else NULL
+        # zlib reads next_in and never writes it (z_const without ZLIB_CONST)
+        self.zs.next_in = <unsigned char *>&body[0] if n else NULL
         self.zs.avail_in = <unsigned int>n
         self.zs.next_out = self.out
         self.zs.avail_out = <unsigned int>bound
