@@ -263,11 +263,12 @@ def encode_pub(
 
 class Deflater:
     """compress(body) -> body as a zlib stream, from one deflate state kept
-    for the deflater's life; one thread at a time."""
+    for the deflater's life (set up at the first body); one thread at a
+    time."""
 
     level: int
     mem_level: int
-    def __init__(self, level: int = 5, mem_level: int = 8) -> None: ...
+    def __init__(self, level: int, mem_level: int = 8) -> None: ...
     def compress(self, body: bytes | bytearray | memoryview) -> bytes: ...
 
 class PubBuffer:

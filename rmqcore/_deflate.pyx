@@ -1,7 +1,9 @@
 # Deflater: zlib streams (what a message's sysFlag COMPRESSED says its body
 # is) from one z_stream kept for the deflater's life. zlib.compress sets up
 # and frees deflate's state, 150 KB or more, for every body; for bodies of a
-# few KB that set-up costs more than the compression itself.
+# few KB that set-up costs more than the compression itself. The state is set
+# up at the first body (most producers never compress one), and the output
+# scratch kept between bodies is bounded by _KEPT_SCRATCH.
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
@@ -29,6 +31,11 @@ cdef extern from "zlib.h":
     unsigned long deflateBound(z_stream *strm, unsigned long source_len)
 
 
+#: output scratch a Deflater keeps for the next body; a larger body's is freed
+cdef enum:
+    _KEPT_SCRATCH = 256 * 1024
+
+
 cdef class Deflater:
     """deflater.compress(body) -> body as a zlib stream (any zlib reader
     inflates it), at `level` (0..9) with zlib's `mem_level` (1..9, zlib's
@@ -42,18 +49,15 @@ cdef class Deflater:
     cdef readonly int level
     cdef readonly int mem_level
 
-    def __cinit__(self, int level=5, int mem_level=8):
+    def __cinit__(self, int level, int mem_level=8):
         if not 0 <= level <= 9:
             raise ValueError(f"level must be 0..9 (zlib), got {level}")
         if not 1 <= mem_level <= 9:
             raise ValueError(f"mem_level must be 1..9 (zlib), got {mem_level}")
         self.out = NULL
         self.out_cap = 0
+        self.ready = False
         memset(&self.zs, 0, sizeof(z_stream))
-        if deflateInit2(&self.zs, level, Z_DEFLATED, MAX_WBITS, mem_level,
-                        Z_DEFAULT_STRATEGY) != Z_OK:
-            raise MemoryError("zlib could not set up a deflate stream")
-        self.ready = True
         self.level = level
         self.mem_level = mem_level
 
@@ -68,6 +72,11 @@ cdef class Deflater:
         cdef int rc
         if n > 0x7FFFFFFF:
             raise ValueError(f"a body of {n} bytes is too large to compress")
+        if not self.ready:
+            if deflateInit2(&self.zs, self.level, Z_DEFLATED, MAX_WBITS, self.mem_level,
+                            Z_DEFAULT_STRATEGY) != Z_OK:
+                raise MemoryError("zlib could not set up a deflate stream")
+            self.ready = True
         bound = deflateBound(&self.zs, <unsigned long>n)
         if bound > self.out_cap:
             free(self.out)
@@ -86,4 +95,9 @@ cdef class Deflater:
         if rc != Z_STREAM_END:
             deflateReset(&self.zs)
             raise RuntimeError(f"deflate failed ({rc})")
-        return (<char *>self.out)[:bound - self.zs.avail_out]
+        out = (<char *>self.out)[:bound - self.zs.avail_out]
+        if self.out_cap > _KEPT_SCRATCH:
+            free(self.out)
+            self.out = NULL
+            self.out_cap = 0
+        return out
