@@ -150,10 +150,11 @@ cdef int _tb_end(_TraceBuf *ends, Py_ssize_t at) except -1:
 
 
 cdef class PubBuffer:
-    """The Pub records of a traced producer's sends, written as each send
-    is answered (append: no Python object is kept per send, so a busy
-    producer's garbage collector has nothing more to walk) and taken in
-    trace message bodies when the dispatcher flushes.
+    """A traced client's records: the Pub records of its sends, written as
+    each send is answered (append: no Python object is kept per send, so a
+    busy producer's garbage collector has nothing more to walk), and its
+    other records encoded (append_encoded), taken in trace message bodies
+    when the dispatcher flushes.
 
     append(message, send result, store host, began ms, cost ms): the
     message's type is transactional half with TRAN_MSG, delayed with DELAY,
@@ -239,6 +240,36 @@ cdef class PubBuffer:
             self.dropped += 1
             self.last_error = e
             return
+        self._appended()
+
+    def append_encoded(self, data, keys):
+        """A record already encoded (a SubBefore, SubAfter or EndTransaction
+        record's TraceRecord.encode()) with its trace keys (a list of str),
+        taken in the same bodies as the Pub records; the same limits, the
+        same never-raise rule as append."""
+        cdef Py_ssize_t body_n = self.body.n, keys_n = self.keys.n
+        cdef Py_ssize_t ends_n = self.body_ends.n, kends_n = self.key_ends.n
+        cdef Py_ssize_t n
+        cdef const char *u
+        if self.count >= self.max_records:
+            self.dropped += 1
+            return
+        try:
+            u = _utf8(data, &n)
+            _tb_put(&self.body, u, n)
+            for k in keys:
+                _tb_text(&self.keys, k, 32)
+            _tb_end(&self.body_ends, self.body.n)
+            _tb_end(&self.key_ends, self.keys.n)
+        except Exception as e:
+            self.body.n, self.keys.n = body_n, keys_n
+            self.body_ends.n, self.key_ends.n = ends_n, kends_n
+            self.dropped += 1
+            self.last_error = e
+            return
+        self._appended()
+
+    cdef void _appended(self):
         self.count += 1
         if self.batch_records > 0 and self.count % self.batch_records == 0 and self.on_batch is not None:
             try:
@@ -277,6 +308,8 @@ cdef class PubBuffer:
 
     cdef tuple _piece(self, Py_ssize_t start, Py_ssize_t end, Py_ssize_t kstart,
                       Py_ssize_t kend):
+        if kend == kstart:
+            return (self.body.p[start:end], "")
         # the keys were written each followed by a space: drop the last
         keys = self.keys.p[kstart:kend - 1].decode("utf-8")
         return (self.body.p[start:end], " ".join(dict.fromkeys(keys.split(" "))))

@@ -2,16 +2,16 @@
 asynchronously and in batches (RocketMQ's AsyncTraceDispatcher).
 
 A producer or push consumer with ``enable_msg_trace=True`` hands its
-records (pyrmq.common.trace) to ``append``, which only queues them (a
-producer's Pub records go to ``append_pub``, written in C into a
-buffer as each send is answered, no Python object kept per send): a
-background task sends them, every ``flush_interval`` seconds or as soon as
+records (pyrmq.common.trace) to ``append``, which encodes them into a
+buffer in C (rmqcore.PubBuffer; a producer's Pub records go to
+``append_pub``, written there as each send is answered, no Python object
+kept per send): a background task sends them, every ``flush_interval`` seconds or as soon as
 ``batch_size`` are queued, as messages of at most ``batch_size`` records
 and ``max_body`` bytes (RocketMQ's 100 and 128,000) to the trace topic
 through a Producer of its own group (``_INNER_TRACE_PRODUCER-<group>``)
 riding the traced client's connections, with send_async, zlib-compressed
-(sysFlag COMPRESSED, which every RocketMQ reader inflates). Nothing a trace does
-slows or fails the user's send or listener: a full queue
+(sysFlag COMPRESSED, which every RocketMQ reader inflates). Nothing a
+trace does slows or fails the user's send or listener: a full queue
 (``max_pending``) drops records (counted in ``dropped``), a failed trace
 send is logged and counted (``failed``), and shutdown flushes for at most
 ``shutdown_timeout`` seconds."""
@@ -31,7 +31,7 @@ from pyrmq.common.trace import (
     TRACE_TOPIC,
     TraceRecord,
 )
-from rmqcore import PubBuffer
+from rmqcore import MAX_PROPERTIES_LENGTH, PubBuffer
 
 if TYPE_CHECKING:
     from pyrmq.client.instance import ClientInstance
@@ -42,9 +42,10 @@ log = logging.getLogger("pyrmq.client")
 #: 5% smaller and takes longer
 TRACE_COMPRESS_LEVEL = 1
 #: bytes of keys (message ids and keys) a trace message carries at most: a
-#: CommitLog record holds 32767 bytes of properties, and a batch of
-#: messages with long keys would otherwise be refused, its records lost
-MAX_TRACE_KEYS = 24_000
+#: CommitLog record holds MAX_PROPERTIES_LENGTH bytes of properties, and a
+#: batch of messages with long keys would otherwise be refused, its records
+#: lost; 8 KB are left for UNIQ_KEY and the other properties
+MAX_TRACE_KEYS = MAX_PROPERTIES_LENGTH - 8 * 1024
 
 
 class TraceDispatcher:
@@ -88,27 +89,24 @@ class TraceDispatcher:
             # reads and writes of its own per trace message
             client_instance=client,
         )
-        #: SubBefore/SubAfter/EndTransaction records, encoded when flushed
-        self._pending: list[TraceRecord] = []
         #: a flush is scheduled on the loop (call_soon), not yet run
         self._flush_scheduled = False
         self._loop_ref: asyncio.AbstractEventLoop | None = None
-        #: Pub records, written in C as each send is answered; every
+        #: the records, encoded in C (Pub records as each send is answered); every
         #: batch_size-th schedules a flush, so a busy producer's trace goes
         #: out a batch at a time (a burst of large trace messages each
         #: flush_interval would hold the broker from the user's sends)
-        self._pubs = PubBuffer(
+        self._records = PubBuffer(
             group, SendStatus.SEND_OK, DEFAULT_REGION, max_pending, batch_size, self._flush_soon
         )
         #: append_pub(message, send result, store host, began ms, cost ms):
         #: the Pub record of an answered send (never raises, never blocks;
         #: beyond max_pending, or unreadable, it is dropped and counted)
-        self.append_pub = self._pubs.append
-        self._pub_drops_logged = 0
+        self.append_pub = self._records.append
+        self._drops_logged = 0
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
-        #: records dropped (queue full), trace messages sent and failed
-        self._dropped = 0
+        #: trace messages sent and failed
         self.sent = 0
         self.failed = 0
 
@@ -119,18 +117,20 @@ class TraceDispatcher:
 
     @property
     def dropped(self) -> int:
-        """Records dropped: the queue was full, or a Pub record's fields
-        could not be read."""
-        return self._dropped + self._pubs.dropped
+        """Records dropped: the queue was full, or a record's fields could
+        not be read."""
+        return self._records.dropped
 
     def append(self, record: TraceRecord) -> None:
-        """Queue a record (never blocks, never raises)."""
-        if len(self._pending) >= self.max_pending:
-            self._dropped += 1
+        """Queue a SubBefore, SubAfter or EndTransaction record (never
+        blocks, never raises)."""
+        try:
+            data, keys = record.encode(), record.trace_keys()
+        except Exception as e:  # a record built with fields of the wrong kind
+            self._records.dropped += 1
+            self._records.last_error = e
             return
-        self._pending.append(record)
-        if len(self._pending) >= self.batch_size:
-            self._flush_soon()
+        self._records.append_encoded(data, keys)
 
     def _flush_soon(self) -> None:
         """A batch is ready: flush once the current callback is done (one
@@ -147,37 +147,16 @@ class TraceDispatcher:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        records, self._pending = self._pending, []
-        body: list[str] = []
-        size = 0
-        keys: list[str] = []
-        keys_size = 0
-        for r in records:
-            data, rkeys = r.encode(), r.trace_keys()
-            rkeys_size = sum(len(k) + 1 for k in rkeys)
-            if body and (
-                size + len(data) > self.max_body
-                or len(body) == self.batch_size
-                or keys_size + rkeys_size > MAX_TRACE_KEYS
-            ):
-                self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
-                body, size, keys, keys_size = [], 0, [], 0
-            body.append(data)
-            size += len(data)
-            keys += rkeys
-            keys_size += rkeys_size
-        if body:
-            self._send("".join(body).encode(), " ".join(dict.fromkeys(keys)))
-        pubs = self._pubs
-        for data_b, keys_s in pubs.take(self.max_body, self.batch_size, MAX_TRACE_KEYS):
-            self._send(data_b, keys_s)
-        if pubs.dropped != self._pub_drops_logged:
+        records = self._records
+        for data, keys in records.take(self.max_body, self.batch_size, MAX_TRACE_KEYS):
+            self._send(data, keys)
+        if records.dropped != self._drops_logged:
             log.warning(
-                "trace: %d Pub records dropped so far (the last error: %r)",
-                pubs.dropped,
-                pubs.last_error,
+                "trace: %d trace records dropped so far (the last error: %r)",
+                records.dropped,
+                records.last_error,
             )
-            self._pub_drops_logged = pubs.dropped
+            self._drops_logged = records.dropped
 
     def _send(self, data: bytes, keys: str) -> None:
         msg = Message(self.trace_topic, data)

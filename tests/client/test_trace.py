@@ -163,6 +163,38 @@ def test_a_trace_messages_keys_stay_within_a_records_properties():
     assert all(len(k) <= 350 for _, k in pieces if "x" * 500 not in k)
 
 
+def test_encoded_records_share_the_pub_records_bodies():
+    """SubBefore/SubAfter records (append_encoded) go in the same bodies as
+    the Pub records, cut by the same rules, their keys with them; what
+    cannot be written is dropped and counted, never raised."""
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    buf.append(*_pub(1))
+    after = TraceRecord("SubAfter", "ID1", 1700000000009, request_id="R1", cost_ms=4,
+                        success=True, keys="order-1", context_code=0)  # fmt: skip
+    for _ in range(3):
+        buf.append_encoded(after.encode(), after.trace_keys())
+    buf.append_encoded(after.encode(), [])  # no keys at all
+    buf.append(*_pub(2))
+    assert len(buf) == 6
+    pieces = buf.take(100_000, 4)
+    assert [[(d.type, d.msg_id) for d in decode(b.decode())] for b, _ in pieces] == [
+        [("Pub", "ID1"), ("SubAfter", "ID1"), ("SubAfter", "ID1"), ("SubAfter", "ID1")],
+        [("SubAfter", "ID1"), ("Pub", "ID2")],
+    ]
+    assert [k for _, k in pieces] == ["ID1 order-1", "ID2"]
+    buf.append_encoded(b"not text", ["k"])
+    buf.append_encoded("text", None)
+    assert buf.dropped == 2 and isinstance(buf.last_error, TypeError) and len(buf) == 0
+    assert buf.take(100_000) == []
+    buf.append_encoded(after.encode(), [])  # a body whose records carry no keys
+    ((body, keys),) = buf.take(100_000)
+    assert decode(body.decode())[0].request_id == "R1" and keys == ""
+    full = PubBuffer("PG", SendStatus.SEND_OK, "R", 1)
+    full.append_encoded(after.encode(), after.trace_keys())
+    full.append_encoded(after.encode(), after.trace_keys())
+    assert len(full) == 1 and full.dropped == 1
+
+
 def test_messages_with_long_keys_are_traced(tmp_path, arun):
     """100 sends with 400-byte keys: their trace records need more keys
     than one trace message holds, and every record is stored."""
