@@ -22,7 +22,7 @@ from pyrmq.producer.fault import (
     compute_not_available_duration,
 )
 from pyrmq.testing.proxy import FaultProxy
-from tests.client.test_producer import (
+from tests.client._producer_env import (
     PROXY_IP,
     create_topic,
     env,

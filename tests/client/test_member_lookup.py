@@ -18,7 +18,7 @@ from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.proxy import FaultProxy
 from tests._waiting import wait_until
-from tests.client.test_producer import create_topic
+from tests.client._producer_env import create_topic
 
 TOPIC = "MemberLookupT"
 GROUP = "CG-member-lookup"

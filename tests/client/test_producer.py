@@ -6,16 +6,8 @@ stored is read back over TCP with MQClientAPI (pull, view by offset)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import re
-import socket
 import time
-import zlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -25,135 +17,29 @@ from pyrmq.common.errors import ClientError, RemotingError
 from pyrmq.common.message import (
     SYSFLAG_COMPRESSED,
     Message,
-    MessageExt,
     MessageQueue,
     decode_offset_msg_id,
-    new_unique_id,
 )
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
-from pyrmq.remoting import RemotingClient, RequestCode
+from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.proxy import FaultProxy
-from tests._reading import read_queue
 from tests._waiting import wait_until as wait_until_progress
-
-HEX32 = re.compile(r"^[0-9A-F]{32}$")
-#: a second loopback address: a broker advertised there is reached through a
-#: FaultProxy listening on it with the broker's own port (Linux routes 127/8)
-PROXY_IP = "127.0.0.2"
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-@dataclass
-class Env:
-    cluster: LocalCluster
-    producer: Producer
-    #: a reader with its own connections (pulls, views, admin requests)
-    api: MQClientAPI
-
-
-@contextlib.asynccontextmanager
-async def env(
-    tmp_path: Any, producer_kw: dict[str, Any] | None = None, **settings: Any
-) -> AsyncIterator[Env]:
-    """LocalCluster(**settings) + a started Producer + a reader API."""
-    c = LocalCluster(str(tmp_path / "store"), **settings)
-    await c.start()
-    remoting = RemotingClient(name="test-reader")
-    try:
-        api = MQClientAPI(remoting, [c.namesrv_addr])
-        async with Producer("PG-test", c.namesrv_addr, **(producer_kw or {})) as p:
-            yield Env(c, p, api)
-    finally:
-        await remoting.shutdown()
-        await c.shutdown()
-
-
-async def second_broker(c: LocalCluster, store_dir: str, **settings: Any) -> LocalCluster:
-    """Another broker registered with c's name server (stop it with
-    `stop_broker()`, never `shutdown()`: the name server is c's)."""
-    other = LocalCluster(store_dir, **settings)
-    other.namesrv = c.namesrv
-    await other.start_broker()
-    return other
-
-
-def can_bind(ip: str) -> bool:
-    try:
-        with socket.socket() as s:
-            s.bind((ip, 0))
-    except OSError:
-        return False
-    return True
-
-
-needs_proxy_ip = pytest.mark.skipif(
-    not can_bind(PROXY_IP), reason=f"{PROXY_IP} is not a local address here"
+from tests.client._producer_env import (
+    HEX32,
+    PROXY_IP,
+    create_topic,
+    env,
+    java_string_hash,
+    listen_addr,
+    needs_proxy_ip,
+    proxied_broker,
+    pull_all,
+    second_broker,
+    stored_at,
+    wait_until,
 )
-
-
-async def proxied_broker(c: LocalCluster, store_dir: str, **settings: Any) -> LocalCluster:
-    """A second broker that listens on 127.0.0.1 but is advertised (routes,
-    store host) as PROXY_IP with the same port; start a FaultProxy on
-    PROXY_IP:port before any client uses it."""
-    return await second_broker(c, store_dir, broker_ip1=PROXY_IP, **settings)
-
-
-def listen_addr(c: LocalCluster) -> str:
-    """The address a broker really listens on (behind any proxy)."""
-    assert c.broker is not None
-    return f"127.0.0.1:{c.broker.port}"
-
-
-async def create_topic(api: MQClientAPI, broker_addr: str, topic: str, queues: int) -> None:
-    """UPDATE_AND_CREATE_TOPIC; answered once the name servers have the route."""
-    await api.broker_request(
-        broker_addr,
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": topic,
-            "readQueueNums": str(queues),
-            "writeQueueNums": str(queues),
-            "perm": "6",
-        },
-    )
-
-
-async def pull_all(
-    api: MQClientAPI, addr: str, mq: MessageQueue, start: int = 0
-) -> list[MessageExt]:
-    """Every message of mq from start (bounded number of pulls)."""
-    return await read_queue(api, addr, mq, start=start, group="CG-test", timeout=5.0)
-
-
-async def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> bool:
-    """Await pred() until true: at most timeout seconds and a bounded count."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 2):
-        if await pred():
-            return True
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(interval)
-    return bool(await pred())
-
-
-def java_string_hash(s: str) -> int:
-    """java.lang.String.hashCode, written out: over UTF-16 code units,
-    31*h + c in 32-bit two's complement."""
-    h = 0
-    raw = s.encode("utf-16-be")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + int.from_bytes(raw[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def stored_at(result: SendResult) -> tuple[str, int]:
-    return decode_offset_msg_id(result.offset_msg_id)
-
 
 # -- send: results and what is stored --------------------------------------------------------
 
@@ -516,118 +402,6 @@ def test_round_robin_spreads_over_all_write_queues(arun, tmp_path):
             assert counts == {0: 3, 1: 3, 2: 3, 3: 3}
 
     arun(main())
-
-
-# -- compression ------------------------------------------------------------------------------
-
-
-def test_large_body_compressed_on_the_wire(arun, tmp_path):
-    async def main() -> None:
-        async with env(tmp_path) as e:
-            p, a = e.producer, e.cluster.broker_addr
-            await create_topic(e.api, a, "ZipT", 1)
-            mq = MessageQueue("ZipT", "broker-a", 0)
-            pattern = b"0123456789abcdef" * 1024
-            bodies = [pattern[:4095], pattern[:4096], pattern * 8]
-            results = [await p.send(Message("ZipT", b), mq=mq) for b in bodies]
-            stored = await pull_all(e.api, a, mq)
-            assert [m.body for m in stored] == bodies  # inflated on arrival
-            small, edge, big = stored
-            assert not small.sys_flag & SYSFLAG_COMPRESSED
-            assert small.store_size > 4095
-            for m in (edge, big):
-                assert m.sys_flag & SYSFLAG_COMPRESSED
-                assert m.store_size < 1024  # what the CommitLog holds is the deflated body
-            # the raw record read by rmqcore: sysFlag bit 0 and a zlib body
-            view = await e.api.broker_request(
-                a, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(stored_at(results[2])[1])}
-            )
-            (rec,) = rmqcore.decode_records(view.body, True)
-            assert rec["sys_flag"] & rmqcore.SYSFLAG_COMPRESSED
-            assert len(rec["body"]) < len(bodies[2])
-            assert zlib.decompress(rec["body"]) == bodies[2]
-
-    arun(main())
-
-
-def test_compression_threshold_is_configurable(arun, tmp_path):
-    async def main() -> None:
-        async with env(tmp_path, producer_kw={"compress_msg_body_over_howmuch": 100}) as e:
-            p, a = e.producer, e.cluster.broker_addr
-            r = await p.send(Message("ZipT2", b"a" * 100))
-            m = await e.api.view_message(a, stored_at(r)[1])
-            assert m.sys_flag & SYSFLAG_COMPRESSED and m.body == b"a" * 100
-
-    arun(main())
-
-
-def test_compression_level_is_configurable(arun, tmp_path):
-    """compress_level is zlib's: 0 stores the body deflate-framed but not
-    smaller, the default shrinks it; outside 0..9 the producer refuses."""
-
-    async def main() -> None:
-        body = b"0123456789abcdef" * 1024
-        for level, shrinks in ((0, False), (5, True)):
-            kw = {"compress_level": level}
-            async with env(tmp_path / str(level), producer_kw=kw) as e:
-                r = await e.producer.send(Message("ZipT3", body))
-                m = await e.api.view_message(e.cluster.broker_addr, stored_at(r)[1])
-                assert m.sys_flag & SYSFLAG_COMPRESSED and m.body == body
-                assert (m.store_size < len(body)) is shrinks
-
-    arun(main())
-    with pytest.raises(ValueError, match=r"compress_level must be 0\.\.9"):
-        Producer("PG", "127.0.0.1:9876", compress_level=10)
-
-
-# -- unique ids -------------------------------------------------------------------------------
-
-
-def test_unique_keys_over_10000_messages(arun, tmp_path):
-    async def main() -> None:
-        async with env(tmp_path) as e:
-            ids: list[str] = []
-            for b in range(100):
-                msgs = [Message("UniqT", f"{b}.{i}".encode()) for i in range(100)]
-                r = await e.producer.send_batch(msgs)
-                assert r.ok
-                ids.extend(r.msg_id.split(","))
-            assert len(ids) == 10_000
-            assert len(set(ids)) == 10_000
-            assert all(HEX32.match(i) for i in ids)
-
-    arun(main(), timeout=60)
-
-
-def test_unique_ids_differ_across_fork():
-    before = new_unique_id()  # the parent's generator is set up before the fork
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            data = "\n".join(new_unique_id() for _ in range(1000)).encode()
-            os.write(w, data)
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    with os.fdopen(r, "rb") as f:
-        for _ in range(10_000):
-            chunk = f.read(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    child = b"".join(chunks).decode().split("\n")
-    parent = [new_unique_id() for _ in range(1000)]
-    assert len(child) == 1000 and all(HEX32.match(i) for i in child)
-    # prefix: IPv4 (8 hex) + pid (4) + random (8); the child's is new
-    assert {i[:20] for i in child} == {child[0][:20]}
-    assert child[0][:20] != before[:20] == parent[0][:20]
-    assert child[0][8:12] == f"{pid & 0xFFFF:04X}"
-    assert not set(child) & set(parent) and before not in child
 
 
 # -- errors -----------------------------------------------------------------------------------
