@@ -210,8 +210,7 @@ cdef class PubBuffer:
         cdef long long msg_type
         cdef Py_ssize_t body_n = self.body.n, keys_n = self.keys.n
         cdef Py_ssize_t ends_n = self.body_ends.n, kends_n = self.key_ends.n
-        if self.count >= self.max_records:
-            self.dropped += 1
+        if self._full():
             return
         try:
             props = msg.properties
@@ -231,14 +230,9 @@ cdef class PubBuffer:
                 _tb_text(&self.keys, msg_id, 32)
             if keys:
                 _tb_text(&self.keys, keys, 32)
-            _tb_end(&self.body_ends, self.body.n)
-            _tb_end(&self.key_ends, self.keys.n)
+            self._end_record()
         except Exception as e:
-            # no half record
-            self.body.n, self.keys.n = body_n, keys_n
-            self.body_ends.n, self.key_ends.n = ends_n, kends_n
-            self.dropped += 1
-            self.last_error = e
+            self._dropped(body_n, keys_n, ends_n, kends_n, e)
             return
         self._appended()
 
@@ -251,23 +245,40 @@ cdef class PubBuffer:
         cdef Py_ssize_t ends_n = self.body_ends.n, kends_n = self.key_ends.n
         cdef Py_ssize_t n
         cdef const char *u
-        if self.count >= self.max_records:
-            self.dropped += 1
+        if self._full():
             return
         try:
             u = _utf8(data, &n)
             _tb_put(&self.body, u, n)
             for k in keys:
                 _tb_text(&self.keys, k, 32)
-            _tb_end(&self.body_ends, self.body.n)
-            _tb_end(&self.key_ends, self.keys.n)
+            self._end_record()
         except Exception as e:
-            self.body.n, self.keys.n = body_n, keys_n
-            self.body_ends.n, self.key_ends.n = ends_n, kends_n
-            self.dropped += 1
-            self.last_error = e
+            self._dropped(body_n, keys_n, ends_n, kends_n, e)
             return
         self._appended()
+
+    cdef bint _full(self):
+        """No room for one more record: counted as dropped."""
+        if self.count >= self.max_records:
+            self.dropped += 1
+            return True
+        return False
+
+    cdef int _end_record(self) except -1:
+        """Where the record just written ends, in the body and the keys."""
+        _tb_end(&self.body_ends, self.body.n)
+        _tb_end(&self.key_ends, self.keys.n)
+        return 0
+
+    cdef void _dropped(self, Py_ssize_t body_n, Py_ssize_t keys_n, Py_ssize_t ends_n,
+                       Py_ssize_t kends_n, object error):
+        """A record that could not be written: back to where it began (no
+        half record), counted."""
+        self.body.n, self.keys.n = body_n, keys_n
+        self.body_ends.n, self.key_ends.n = ends_n, kends_n
+        self.dropped += 1
+        self.last_error = error
 
     cdef void _appended(self):
         self.count += 1
