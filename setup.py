@@ -17,7 +17,8 @@ ext = Extension(
     include_dirs=["csrc"],
     libraries=["z"],
     define_macros=[("_GNU_SOURCE", None)],
-    extra_compile_args=flags,
+    extra_compile_args=[*flags, "-pthread"],
+    extra_link_args=["-pthread"],
     depends=sorted(glob("csrc/*.h") + glob("rmqcore/*.pyx") + glob("rmqcore/includes/*.pxd")),
 )
 

@@ -6,6 +6,7 @@ from rmqcore._core import (  # noqa: F401
     GET_MESSAGE_STATUS,
     AppendResult,
     Deflater,
+    DeflateWorker,
     GetResult,
     MessageStoreCore,
     PubBuffer,

@@ -271,6 +271,19 @@ class Deflater:
     def __init__(self, level: int, mem_level: int = 8) -> None: ...
     def compress(self, body: bytes | bytearray | memoryview) -> bytes: ...
 
+class DeflateWorker:
+    """Compresses bodies into zlib streams on a C thread of its own that
+    never takes the GIL: submit queues, done gives back what is compressed
+    so far, in the order submitted."""
+
+    level: int
+    max_pending: int
+    pending: int
+    def __init__(self, level: int, max_pending: int = 64) -> None: ...
+    def submit(self, body: bytes, token: Any = None) -> bool: ...
+    def done(self) -> list[tuple[bytes | None, bytes, Any]]: ...
+    def close(self) -> None: ...
+
 class PubBuffer:
     dropped: int
     last_error: Exception | None

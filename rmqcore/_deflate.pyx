@@ -4,8 +4,15 @@
 # few KB that set-up costs more than the compression itself. The state is set
 # up at the first body (most producers never compress one), and the output
 # scratch kept between bodies is bounded by _KEPT_SCRATCH.
+#
+# DeflateWorker: the same, on a C thread of its own (csrc/deflate_worker.c)
+# that never takes the GIL, for an event loop that must not spend its time
+# compressing (a traced producer's trace messages).
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+from posix.unistd cimport getpid
 
 cdef extern from "zlib.h":
     ctypedef struct z_stream:
@@ -101,3 +108,118 @@ cdef class Deflater:
             self.out = NULL
             self.out_cap = 0
         return out
+
+
+cdef list _take_jobs(rmq_deflate_job *job):
+    """(zlib stream or None, body, token) of each job, in order; the jobs
+    are freed and their references dropped, whatever happens."""
+    cdef rmq_deflate_job *nxt
+    cdef list out = []
+    try:
+        while job != NULL:
+            item = <object>job.token  # a new reference; the job's is dropped below
+            Py_DECREF(item)
+            body, token = <tuple>item
+            if job.rc == 0:
+                out.append(((<char *>job.out)[:job.out_len], body, token))
+            else:
+                out.append((None, body, token))
+            nxt = job.next
+            rmq_deflate_job_free(job)
+            job = nxt
+    finally:
+        while job != NULL:  # only after an exception (MemoryError)
+            Py_DECREF(<object>job.token)
+            nxt = job.next
+            rmq_deflate_job_free(job)
+            job = nxt
+    return out
+
+
+cdef class DeflateWorker:
+    """Compresses bodies into zlib streams, as Deflater does, on a C thread
+    of its own that never takes the GIL: submit(body, token) queues a body
+    and returns at once, done() gives back what is compressed so far. The
+    thread starts at the first body. Nothing here waits on the thread but
+    close() (and a worker's end), which waits for the one body being
+    compressed, if any. In a forked child a worker starts a thread of its
+    own; the parent's jobs stay with the parent."""
+
+    cdef rmq_deflate_worker *w
+    cdef readonly int level
+    cdef readonly Py_ssize_t max_pending
+
+    def __cinit__(self, int level, Py_ssize_t max_pending=64):
+        if not 0 <= level <= 9:
+            raise ValueError(f"level must be 0..9 (zlib), got {level}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        self.w = NULL
+        self.level = level
+        self.max_pending = max_pending
+
+    def __dealloc__(self):
+        self._close()
+
+    cdef bint _mine(self):
+        """The worker's thread runs in this process (not a forked parent's)."""
+        if self.w == NULL:
+            return False
+        if rmq_deflate_worker_pid(self.w) != getpid():
+            self.w = NULL  # the parent's: its thread is not here; left as it is
+            return False
+        return True
+
+    def submit(self, bytes body not None, token=None):
+        """Queue `body` to be compressed: True, or False when max_pending
+        bodies are out (not yet taken back by done); then compress it some
+        other way. The body is kept, unchanged, until done gives it back."""
+        cdef int rc
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+        if <size_t>n > RMQ_DEFLATE_MAX_INPUT:
+            raise ValueError(f"a body of {n} bytes is too large to compress")
+        if not self._mine():
+            rc = rmq_deflate_worker_open(&self.w, self.level, <size_t>self.max_pending)
+            if rc != 0:
+                self.w = NULL
+                _raise_for(rc, "cannot start a compression thread")
+        item = (body, token)
+        rc = rmq_deflate_worker_submit(
+            self.w, <const unsigned char *>PyBytes_AS_STRING(body), <size_t>n,
+            <void *>item)
+        if rc == RMQ_EFULL:
+            return False
+        _raise_for(rc, "cannot queue a body to compress")
+        Py_INCREF(item)  # the job's reference, dropped when it comes back
+        return True
+
+    def done(self):
+        """[(zlib stream, body, token), ...] of the bodies compressed since
+        the last call, in the order submitted; the stream is None for a
+        body zlib could not compress (no memory)."""
+        if not self._mine():
+            return []
+        return _take_jobs(rmq_deflate_worker_done(self.w))
+
+    @property
+    def pending(self):
+        """Bodies submitted and not yet taken back by done."""
+        return rmq_deflate_worker_pending(self.w) if self._mine() else 0
+
+    def close(self):
+        """Stop the thread; the bodies not yet taken back are dropped."""
+        self._close()
+
+    cdef void _close(self):
+        cdef rmq_deflate_job *jobs
+        cdef rmq_deflate_job *nxt
+        if not self._mine():
+            return
+        with nogil:
+            jobs = rmq_deflate_worker_close(self.w)
+        self.w = NULL
+        while jobs != NULL:
+            Py_DECREF(<object>jobs.token)
+            nxt = jobs.next
+            rmq_deflate_job_free(jobs)
+            jobs = nxt
