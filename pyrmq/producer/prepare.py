@@ -65,11 +65,13 @@ def prepare(
     max_message_size: int,
     compress_over: int,
     deflate: Callable[[bytes], bytes],
+    deflated: bool = False,
 ) -> tuple[bytes, str, int, str]:
     """(body as sent, properties string, sysFlag, unique id); the message
     gets its UNIQ_KEY here when it has none, and a body of at least
     compress_over bytes is compressed by `deflate` (a producer's
-    rmqcore.Deflater: a zlib stream)."""
+    rmqcore.Deflater: a zlib stream). A body `deflated` already (a zlib
+    stream) is sent as it is, flagged COMPRESSED."""
     check_message(msg, max_message_size)
     props = msg.properties
     uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -78,7 +80,9 @@ def prepare(
         props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
     body = msg.body
     sys_flag = 0
-    if len(body) >= compress_over:
+    if deflated:
+        sys_flag |= SYSFLAG_COMPRESSED
+    elif len(body) >= compress_over:
         body = deflate(body)
         sys_flag |= SYSFLAG_COMPRESSED
     return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
@@ -111,10 +115,14 @@ def make_job(
     max_message_size: int,
     compress_over: int,
     deflate: Callable[[bytes], bytes],
+    deflated: bool = False,
 ) -> SendJob:
-    """The SendJob of one message, or of a batch (a list)."""
+    """The SendJob of one message, or of a batch (a list); `deflated`: the
+    message's body is a zlib stream already."""
     if isinstance(msg, Message):
-        body, props, sys_flag, uniq = prepare(msg, max_message_size, compress_over, deflate)
+        body, props, sys_flag, uniq = prepare(
+            msg, max_message_size, compress_over, deflate, deflated
+        )
         return SendJob(
             msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
         )

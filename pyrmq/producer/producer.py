@@ -324,6 +324,7 @@ class Producer:
         mq: MessageQueue | None,
         selector: MessageQueueSelector | None,
         arg: Any,
+        deflated: bool = False,
     ) -> SendJob:
         return make_job(
             msg,
@@ -333,6 +334,7 @@ class Producer:
             self.max_message_size,
             self.compress_msg_body_over_howmuch,
             self._deflate,
+            deflated,
         )
 
     def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:
@@ -437,6 +439,18 @@ class Producer:
         return self._send_future(
             job, timeout, self.retry_times_when_send_async_failed, callback, True
         )
+
+    def send_deflated_async(
+        self, msg: Message, callback: SendCallback | None = None
+    ) -> asyncio.Future[SendResult]:
+        """send_async of a message whose body is a zlib stream already
+        (compressed off the event loop, as the trace dispatcher's are on a
+        rmqcore.DeflateWorker): sent as it is, with sysFlag COMPRESSED, so
+        consumers get the body inflated."""
+        self._check_running()
+        job = self._job(msg, None, None, None, deflated=True)
+        self._inflight += 1
+        return self._send_future(job, None, self.retry_times_when_send_async_failed, callback, True)
 
     async def send_oneway(
         self,

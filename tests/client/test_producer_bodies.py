@@ -4,6 +4,7 @@ against real servers (tests.client._producer_env)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
 
@@ -86,6 +87,36 @@ def test_compression_level_is_configurable(arun, tmp_path):
     arun(main())
     with pytest.raises(ValueError, match=r"compress_level must be 0\.\.9"):
         Producer("PG", "127.0.0.1:9876", compress_level=10)
+
+
+def test_a_body_deflated_off_the_loop_is_sent_as_it_is(arun, tmp_path):
+    """send_deflated_async (the trace dispatcher's, its bodies compressed on
+    a rmqcore.DeflateWorker's thread): the body goes as given, flagged
+    COMPRESSED, whatever its size, and readers get it inflated."""
+
+    async def main() -> None:
+        async with env(tmp_path) as e:
+            p, a = e.producer, e.cluster.broker_addr
+            w = rmqcore.DeflateWorker(1)
+            body = b"deflated elsewhere " * 20  # under the 4 KB threshold
+            assert w.submit(body)
+            deadline = asyncio.get_running_loop().time() + 30
+            done: list = []
+            while not done and asyncio.get_running_loop().time() < deadline:
+                done = w.done()
+                await asyncio.sleep(0.001)
+            ((stream, _, _),) = done
+            got: list = []
+            r = await p.send_deflated_async(
+                Message("ZipT4", stream), lambda res, exc: got.append((res, exc))
+            )
+            assert got == [(r, None)]
+            m = await e.api.view_message(a, stored_at(r)[1])
+            assert m.sys_flag & SYSFLAG_COMPRESSED and m.body == body
+            assert m.store_size < len(body)
+            w.close()
+
+    arun(main())
 
 
 # -- unique ids -------------------------------------------------------------------------------
