@@ -289,15 +289,20 @@ cdef class PubBuffer:
                 self.dropped += 1
                 self.last_error = e
 
-    def take(self, Py_ssize_t max_body, Py_ssize_t max_records=0, Py_ssize_t max_keys=0):
-        """Every record appended, in bodies of at most `max_body` bytes (a
+    def take(self, Py_ssize_t max_body, Py_ssize_t max_records=0, Py_ssize_t max_keys=0,
+             bint whole=False):
+        """The records appended, in bodies of at most `max_body` bytes (a
         longer record alone in its own), when `max_records` > 0 at most
         that many records, and when `max_keys` > 0 at most that many bytes
         of keys (what goes in the trace message's KEYS property, which a
-        CommitLog record caps at 32767 bytes of properties), emptied: a
-        list of (body, keys), keys space-separated, each once."""
+        CommitLog record caps at 32767 bytes of properties): a list of
+        (body, keys), keys space-separated, each once. Every record is
+        taken, or with `whole` (and max_records > 0) only whole bodies: the
+        records after the last body that one of the limits closed stay for
+        the next take."""
         cdef list out = []
         cdef Py_ssize_t i, start = 0, kstart = 0, end, kend, prev = 0, kprev = 0, n = 0
+        cdef Py_ssize_t first = 0
         cdef Py_ssize_t *ends = <Py_ssize_t *>self.body_ends.p
         cdef Py_ssize_t *kends = <Py_ssize_t *>self.key_ends.p
         for i in range(self.count):
@@ -308,14 +313,35 @@ cdef class PubBuffer:
                 or (max_keys > 0 and kend - kstart > max_keys)
             ):
                 out.append(self._piece(start, prev, kstart, kprev))
-                start, kstart, n = prev, kprev, 0
+                start, kstart, n, first = prev, kprev, 0, i
             prev, kprev = end, kend
             n += 1
+        if whole and max_records > 0 and n < max_records:
+            self._keep(first, start, kstart)
+            return out
         if prev > start:
             out.append(self._piece(start, prev, kstart, kprev))
         self.body.n = self.keys.n = self.body_ends.n = self.key_ends.n = 0
         self.count = 0
         return out
+
+    cdef void _keep(self, Py_ssize_t first, Py_ssize_t start, Py_ssize_t kstart):
+        """Keep the records from `first` on (whose body begins at `start` and
+        keys at `kstart`), moved to the buffers' beginning."""
+        cdef Py_ssize_t i, left = self.count - first
+        cdef Py_ssize_t *ends = <Py_ssize_t *>self.body_ends.p
+        cdef Py_ssize_t *kends = <Py_ssize_t *>self.key_ends.p
+        if first == 0:
+            return
+        memmove(self.body.p, self.body.p + start, <size_t>(self.body.n - start))
+        memmove(self.keys.p, self.keys.p + kstart, <size_t>(self.keys.n - kstart))
+        self.body.n -= start
+        self.keys.n -= kstart
+        for i in range(left):
+            ends[i] = ends[first + i] - start
+            kends[i] = kends[first + i] - kstart
+        self.body_ends.n = self.key_ends.n = left * sizeof(Py_ssize_t)
+        self.count = left
 
     cdef tuple _piece(self, Py_ssize_t start, Py_ssize_t end, Py_ssize_t kstart,
                       Py_ssize_t kend):

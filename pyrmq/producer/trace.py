@@ -10,7 +10,9 @@ kept per send): a background task sends them, every ``flush_interval`` seconds o
 and ``max_body`` bytes (RocketMQ's 100 and 128,000) to the trace topic
 through a Producer of its own group (``_INNER_TRACE_PRODUCER-<group>``)
 riding the traced client's connections, with send_async, zlib-compressed
-(sysFlag COMPRESSED, which every RocketMQ reader inflates). Nothing a
+(sysFlag COMPRESSED, which every RocketMQ reader inflates) on a C thread
+that never takes the GIL (rmqcore.DeflateWorker): a flush hands full
+bodies to it, and the next flush sends what it has compressed. Nothing a
 trace does slows or fails the user's send or listener: a full queue
 (``max_pending``) drops records (counted in ``dropped``), a failed trace
 send is logged and counted (``failed``), and shutdown flushes for at most
@@ -31,7 +33,7 @@ from pyrmq.common.trace import (
     TRACE_TOPIC,
     TraceRecord,
 )
-from rmqcore import MAX_PROPERTIES_LENGTH, PubBuffer
+from rmqcore import MAX_PROPERTIES_LENGTH, DeflateWorker, PubBuffer
 
 if TYPE_CHECKING:
     from pyrmq.client.instance import ClientInstance
@@ -46,6 +48,11 @@ TRACE_COMPRESS_LEVEL = 1
 #: batch of messages with long keys would otherwise be refused, its records
 #: lost; 8 KB are left for UNIQ_KEY and the other properties
 MAX_TRACE_KEYS = MAX_PROPERTIES_LENGTH - 8 * 1024
+#: trace messages handed to the compression thread and not yet sent; beyond
+#: them (a thread that cannot keep up) a body is compressed on the loop
+MAX_DEFLATING = 64
+#: seconds between shutdown's looks at the compression thread's progress
+_DEFLATE_POLL = 0.002
 
 
 class TraceDispatcher:
@@ -78,9 +85,10 @@ class TraceDispatcher:
             # compressed as every RocketMQ client compresses a body over
             # 4 KB, at zlib's fastest level: a batch of records shares most
             # of its bytes (group, topic, host, id prefixes), so 100 Pub
-            # records (17 KB) deflate to 1 KB in about 15 us of the
-            # producer's time, and the broker stores a fifth of the bytes
-            # (the keys, 100 message ids, stay as they are)
+            # records (17 KB) deflate to 1 KB, and the broker stores a
+            # fifth of the bytes (the keys, 100 message ids, stay as they
+            # are). The deflater does it, off the loop; the producer only
+            # for a body the deflater could not take
             compress_msg_body_over_howmuch=COMPRESS_BODY_OVER,
             compress_level=TRACE_COMPRESS_LEVEL,
             max_message_size=max(max_body, 4 << 20),
@@ -103,6 +111,10 @@ class TraceDispatcher:
         #: the Pub record of an answered send (never raises, never blocks;
         #: beyond max_pending, or unreadable, it is dropped and counted)
         self.append_pub = self._records.append
+        #: compresses full trace messages on a thread of its own: about
+        #: 33 us per 100 Pub records that the loop, where the traced
+        #: client's sends run, no longer spends
+        self._deflater = DeflateWorker(TRACE_COMPRESS_LEVEL, MAX_DEFLATING)
         self._drops_logged = 0
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
@@ -137,7 +149,7 @@ class TraceDispatcher:
         loop callback per batch, however many records arrive meanwhile)."""
         if not self._flush_scheduled and self._loop_ref is not None:
             self._flush_scheduled = True
-            self._loop_ref.call_soon(self._flush)
+            self._loop_ref.call_soon(self._flush, True)
 
     async def _loop(self) -> None:
         """What waits less than a batch goes out every flush_interval."""
@@ -145,11 +157,16 @@ class TraceDispatcher:
             await asyncio.sleep(self.flush_interval)
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, whole: bool = False) -> None:
+        """Send what is queued, or with `whole` only full trace messages (a
+        batch was appended: the records after the last full one wait for
+        the next, or for the flush interval)."""
         self._flush_scheduled = False
+        self._send_deflated()
         records = self._records
-        for data, keys in records.take(self.max_body, self.batch_size, MAX_TRACE_KEYS):
-            self._send(data, keys)
+        for data, keys in records.take(self.max_body, self.batch_size, MAX_TRACE_KEYS, whole):
+            if len(data) < COMPRESS_BODY_OVER or not self._deflate_later(data, keys):
+                self._send(data, keys)  # the producer compresses it if it must
         if records.dropped != self._drops_logged:
             log.warning(
                 "trace: %d trace records dropped so far (the last error: %r)",
@@ -158,12 +175,32 @@ class TraceDispatcher:
             )
             self._drops_logged = records.dropped
 
-    def _send(self, data: bytes, keys: str) -> None:
+    def _deflate_later(self, data: bytes, keys: str) -> bool:
+        """Hand a trace message's body to the compression thread: False when
+        it cannot take it (MAX_DEFLATING are out, or no thread started)."""
+        try:
+            return self._deflater.submit(data, keys)
+        except Exception as e:  # no thread: the producer compresses on the loop
+            log.warning("trace: compressing on the event loop: %s", e)
+            return False
+
+    def _send_deflated(self) -> None:
+        """Send the trace messages the compression thread has done."""
+        for deflated, data, keys in self._deflater.done():
+            if deflated is None:  # zlib had no memory: the producer tries
+                self._send(data, keys)
+            else:
+                self._send(deflated, keys, deflated=True)
+
+    def _send(self, data: bytes, keys: str, *, deflated: bool = False) -> None:
         msg = Message(self.trace_topic, data)
         if keys:
             msg.properties[PROPERTY_KEYS] = keys
         try:
-            fut = self.producer.send_async(msg, self._sent)
+            if deflated:
+                fut = self.producer.send_deflated_async(msg, self._sent)
+            else:
+                fut = self.producer.send_async(msg, self._sent)
         except Exception as e:  # not started, shut down, a bad topic
             self.failed += 1
             log.warning("trace: %d bytes of trace records not sent: %s", len(data), e)
@@ -186,7 +223,22 @@ class TraceDispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_timeout
         self._flush()
+        # the compression thread's last bodies: each takes well under a
+        # millisecond, so this waits for a few at most
+        while self._deflater.pending and loop.time() < deadline:
+            await asyncio.sleep(_DEFLATE_POLL)
+            self._send_deflated()
+        if self._deflater.pending:
+            self.failed += self._deflater.pending
+            log.warning(
+                "trace: %d trace messages not compressed within %.1f s: not sent",
+                self._deflater.pending,
+                self.shutdown_timeout,
+            )
+        self._deflater.close()
         if self._inflight:
-            await asyncio.wait(set(self._inflight), timeout=self.shutdown_timeout)
+            await asyncio.wait(set(self._inflight), timeout=max(0.0, deadline - loop.time()))
         await self.producer.shutdown()

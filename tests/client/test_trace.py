@@ -147,6 +147,39 @@ def test_every_batch_of_pub_records_asks_for_a_flush():
     assert isinstance(failing.last_error, RuntimeError)
 
 
+def test_a_batch_flush_takes_only_whole_trace_messages():
+    """take(whole=True), the dispatcher's take when a batch asks for a
+    flush: the records after the last full body stay, in order, with their
+    keys, for the next take. A flush that ran after more records arrived
+    (answers come in bursts) once sent the rest as a short trace message,
+    a third more trace messages than full batches need."""
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    for i in range(1, 9):
+        buf.append(*_pub(i, keys=f"k{i}"))
+    pieces = buf.take(100_000, 3, 0, True)
+    assert [[d.msg_id for d in decode(b.decode())] for b, _ in pieces] == [
+        ["ID1", "ID2", "ID3"],
+        ["ID4", "ID5", "ID6"],
+    ]
+    assert len(buf) == 2
+    assert buf.take(100_000, 3, 0, True) == []  # still not a whole body
+    buf.append(*_pub(9, keys="k9"))
+    buf.append(*_pub(10, keys="k10"))
+    ((body, keys), (rest, rest_keys)) = buf.take(100_000, 3)  # take it all
+    assert [d.msg_id for d in decode(body.decode())] == ["ID7", "ID8", "ID9"]
+    assert keys == "ID7 k7 ID8 k8 ID9 k9"
+    assert [d.msg_id for d in decode(rest.decode())] == ["ID10"] and rest_keys == "ID10 k10"
+    assert len(buf) == 0
+    # a body the size limit closed is whole: it goes, the rest stays
+    for i in range(1, 6):
+        buf.append(*_pub(i))
+    one = len(buf.take(100_000)[0][0]) // 5
+    for i in range(1, 6):
+        buf.append(*_pub(i))
+    pieces = buf.take(2 * one + 1, 100, 0, True)
+    assert [len(decode(b.decode())) for b, _ in pieces] == [2, 2] and len(buf) == 1
+
+
 def test_a_trace_messages_keys_stay_within_a_records_properties():
     """Pieces are cut at max_keys bytes of keys too (the trace message's
     KEYS property; a CommitLog record holds 32767 bytes of properties); a
@@ -265,6 +298,39 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
             assert len(full) >= 2
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in full)
             assert all(m.store_size < len(m.body) // 2 for m in full)
+
+    arun(main(), timeout=90)
+
+
+def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
+    """1,000 pipelined sends, whose answers arrive in bursts: their trace
+    is ten trace messages of 100 records each, compressed off the event
+    loop. A flush a burst had delayed used to send the records past the
+    last full batch as a short trace message of their own (a third more
+    trace messages than the records needed)."""
+
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c:
+            async with Producer("PG-burst", c.namesrv_addr, enable_msg_trace=True) as p:
+                tracer = p.tracer
+                assert tracer is not None
+                # only full batches flush now: the interval's tick, the one
+                # due before this sleep ends, finds nothing to send
+                tracer.flush_interval = 3600
+                await asyncio.sleep(0.25)
+                futs = [p.send_async(Message(TOPIC, f"m{i}".encode())) for i in range(1000)]
+                assert all(r.ok for r in await asyncio.gather(*futs))
+            assert tracer.sent == 10 and tracer.failed == 0 and tracer.dropped == 0
+            remoting = RemotingClient(name="trace-reader")
+            try:
+                api = MQClientAPI(remoting, [c.namesrv_addr])
+                stored = await read_queue(
+                    api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0)
+                )
+            finally:
+                await remoting.shutdown()
+            assert [len(decode(m.body.decode())) for m in stored] == [100] * 10
+            assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in stored)
 
     arun(main(), timeout=90)
 
