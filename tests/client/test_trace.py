@@ -16,6 +16,7 @@ from pyrmq.common.results import LocalTransactionState, SendResult, SendStatus
 from pyrmq.common.trace import CONTENT_SPLITOR, FIELD_SPLITOR, TRACE_TOPIC, TraceRecord, decode
 from pyrmq.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 from pyrmq.producer import Producer, TransactionProducer
+from pyrmq.producer.trace import BATCH_SIZE
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 from rmqcore import PubBuffer
@@ -267,9 +268,14 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
             async with Producer("PG-one", c.namesrv_addr, enable_msg_trace=True) as p:
                 tracer = p.tracer
                 assert tracer is not None and tracer.producer.client is p.client
-                for i in range(250):
+                # only full batches flush (and shutdown): the interval's
+                # tick, due before this sleep ends, finds nothing to send
+                tracer.flush_interval = 3600
+                await asyncio.sleep(0.25)
+                for i in range(2 * BATCH_SIZE + 50):
                     assert (await p.send(Message(TOPIC, f"m{i}".encode()))).ok
-                await wait_until(lambda: tracer.sent >= 3, "the trace messages", stall_after=20)
+                # the first batch, compressed meanwhile, left at the second's flush
+                await wait_until(lambda: tracer.sent >= 1, "the trace messages", stall_after=20)
                 assert len(server.connections) == before + 1
                 async with AdminClient(c.namesrv_addr) as admin:
                     conn = await admin.examine_producer_connection(
@@ -281,8 +287,9 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
                     "PG-one",
                     "_INNER_TRACE_PRODUCER-PG-one",
                 ]
-            # 250 records in batches of 100: three trace messages at least
-            assert tracer.failed == 0 and tracer.dropped == 0
+            # 2.5 batches of records: two full trace messages and the rest,
+            # sent at shutdown
+            assert tracer.sent == 3 and tracer.failed == 0 and tracer.dropped == 0
             assert p.client.producer_data == [{"groupName": "PG-one"}]
             # a batch over 4 KB is stored zlib-compressed, as RocketMQ
             # clients store it, and is read back (inflated) as its records
@@ -293,9 +300,8 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
                 stored = await read_queue(api, c.broker_addr, mq)
             finally:
                 await remoting.shutdown()
-            assert sum(len(decode(m.body.decode())) for m in stored) == 250
-            full = [m for m in stored if len(decode(m.body.decode())) == 100]
-            assert len(full) >= 2
+            assert [len(decode(m.body.decode())) for m in stored] == [BATCH_SIZE] * 2 + [50]
+            full = stored[:2]
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in full)
             assert all(m.store_size < len(m.body) // 2 for m in full)
 
@@ -303,8 +309,8 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
 
 
 def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
-    """1,000 pipelined sends, whose answers arrive in bursts: their trace
-    is ten trace messages of 100 records each, compressed off the event
+    """Ten batches of pipelined sends, whose answers arrive in bursts: their
+    trace is ten trace messages of BATCH_SIZE records, compressed off the event
     loop. A flush a burst had delayed used to send the records past the
     last full batch as a short trace message of their own (a third more
     trace messages than the records needed)."""
@@ -318,7 +324,9 @@ def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
                 # due before this sleep ends, finds nothing to send
                 tracer.flush_interval = 3600
                 await asyncio.sleep(0.25)
-                futs = [p.send_async(Message(TOPIC, f"m{i}".encode())) for i in range(1000)]
+                futs = [
+                    p.send_async(Message(TOPIC, f"m{i}".encode())) for i in range(10 * BATCH_SIZE)
+                ]
                 assert all(r.ok for r in await asyncio.gather(*futs))
             assert tracer.sent == 10 and tracer.failed == 0 and tracer.dropped == 0
             remoting = RemotingClient(name="trace-reader")
@@ -329,7 +337,7 @@ def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
                 )
             finally:
                 await remoting.shutdown()
-            assert [len(decode(m.body.decode())) for m in stored] == [100] * 10
+            assert [len(decode(m.body.decode())) for m in stored] == [BATCH_SIZE] * 10
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in stored)
 
     arun(main(), timeout=90)
