@@ -218,7 +218,7 @@ def run(
 def render(result: dict[str, Any]) -> str:
     lines = [
         f"Sends of {result['body']} B, 64 coroutines or sends in flight, "
-        f"{result['seconds']:.0f} s x {result['rounds']} rounds per case, every other round "
+        f"{result['seconds']:g} s x {result['rounds']} rounds per case, every other round "
         "in reverse order (medians; vs plain twin: the median of the rounds' ratios); "
         f"{result['acked']:,} acknowledged, "
         f"{result['in_topic']:,} in the topic"
