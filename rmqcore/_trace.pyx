@@ -1,11 +1,13 @@
 # Pub trace records (RocketMQ's TraceDataEncoder), written here because a
 # traced producer writes one per send: the format is documented in
 # pyrmq/common/trace.py, and this is its only writer of Pub records.
-from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy, memmove
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    str PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
 
 
 cdef struct _TraceBuf:
@@ -147,6 +149,61 @@ cdef int _tb_end(_TraceBuf *ends, Py_ssize_t at) except -1:
     (<Py_ssize_t *>(ends.p + ends.n))[0] = at
     ends.n += sizeof(Py_ssize_t)
     return 0
+
+
+cdef inline uint64_t _fnv1a(const char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 1099511628211ULL
+    return h
+
+
+cdef str _unique_keys(const char *p, Py_ssize_t n):
+    """The space-separated keys in p[0..n) (UTF-8), each once, in the order
+    first seen, space-separated, empty ones dropped: a trace message's KEYS
+    (the message ids and keys of its records; a consumer's SubBefore and
+    SubAfter records repeat theirs). A hash set over the buffer: no Python
+    object per key."""
+    cdef Py_ssize_t i, start = 0, tokens = 1, cap = 16, w = 0, ln
+    cdef uint64_t h
+    cdef Py_ssize_t *table  # per slot: the key's start + 1 (0: empty), its length
+    cdef char *out
+    for i in range(n):
+        if p[i] == 32:
+            tokens += 1
+    while cap < 2 * tokens:
+        cap *= 2
+    table = <Py_ssize_t *>calloc(<size_t>(2 * cap), sizeof(Py_ssize_t))
+    out = <char *>malloc(<size_t>(n + 1))
+    try:
+        if table == NULL or out == NULL:
+            raise MemoryError()
+        for i in range(n + 1):
+            if i < n and p[i] != 32:
+                continue
+            ln = i - start
+            if ln > 0:
+                h = _fnv1a(p + start, ln) & <uint64_t>(cap - 1)
+                while True:
+                    if table[2 * h] == 0:
+                        table[2 * h] = start + 1
+                        table[2 * h + 1] = ln
+                        if w > 0:
+                            out[w] = 32
+                            w += 1
+                        memcpy(out + w, p + start, <size_t>ln)
+                        w += ln
+                        break
+                    if table[2 * h + 1] == ln and memcmp(p + table[2 * h] - 1, p + start,
+                                                         <size_t>ln) == 0:
+                        break
+                    h = (h + 1) & <uint64_t>(cap - 1)
+            start = i + 1
+        return PyUnicode_DecodeUTF8(out, w, NULL)
+    finally:
+        free(table)
+        free(out)
 
 
 cdef class PubBuffer:
@@ -348,5 +405,5 @@ cdef class PubBuffer:
         if kend == kstart:
             return (self.body.p[start:end], "")
         # the keys were written each followed by a space: drop the last
-        keys = self.keys.p[kstart:kend - 1].decode("utf-8")
-        return (self.body.p[start:end], " ".join(dict.fromkeys(keys.split(" "))))
+        return (self.body.p[start:end],
+                _unique_keys(self.keys.p + kstart, kend - 1 - kstart))

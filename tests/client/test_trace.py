@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 from pyrmq.admin import AdminClient
@@ -227,6 +228,24 @@ def test_encoded_records_share_the_pub_records_bodies():
     full.append_encoded(after.encode(), after.trace_keys())
     full.append_encoded(after.encode(), after.trace_keys())
     assert len(full) == 1 and full.dropped == 1
+
+
+def test_a_trace_messages_keys_are_each_there_once_in_order():
+    """A trace message's KEYS: every key of its records (a key of several
+    words is several keys), each once, in the order first seen, as
+    RocketMQ's dispatcher collects them in a set; across non-ASCII, long
+    and repeated keys and bodies cut at a record count."""
+    rnd = random.Random(16)
+    pool = [f"k{i}" for i in range(60)] + ["ключ", "键-7", "a" * 300, "two words"]
+    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 10_000)
+    records = [[rnd.choice(pool) for _ in range(rnd.randint(0, 4))] for _ in range(900)]
+    for keys in records:
+        buf.append_encoded("record", keys)
+    pieces = buf.take(10**7, 300)
+    assert len(pieces) == 3
+    for n, (_, got) in enumerate(pieces):
+        words = [w for keys in records[n * 300 : (n + 1) * 300] for k in keys for w in k.split()]
+        assert got == " ".join(dict.fromkeys(words))
 
 
 def test_messages_with_long_keys_are_traced(tmp_path, arun):
