@@ -158,9 +158,6 @@ cdef class DeflateWorker:
         self.level = level
         self.max_pending = max_pending
 
-    def __dealloc__(self):
-        self._close()
-
     cdef bint _mine(self):
         """The worker's thread runs in this process (not a forked parent's)."""
         if self.w == NULL:
@@ -207,10 +204,18 @@ cdef class DeflateWorker:
         return rmq_deflate_worker_pending(self.w) if self._mine() else 0
 
     def close(self):
-        """Stop the thread; the bodies not yet taken back are dropped."""
-        self._close()
+        """Stop the thread (after the body it is compressing, if any) and
+        give back every body not yet taken back, as done() does: the
+        stream is None for those it had not compressed."""
+        cdef rmq_deflate_job *jobs
+        if not self._mine():
+            return []
+        with nogil:
+            jobs = rmq_deflate_worker_close(self.w)
+        self.w = NULL
+        return _take_jobs(jobs)
 
-    cdef void _close(self):
+    def __dealloc__(self):
         cdef rmq_deflate_job *jobs
         cdef rmq_deflate_job *nxt
         if not self._mine():

@@ -95,8 +95,8 @@ class TraceDispatcher:
             # of its bytes (group, topic, host, id prefixes), so 100 Pub
             # records (17 KB) deflate to 1 KB, and the broker stores a
             # fifth of the bytes (the keys, one message id a record, stay
-            # as they are). The deflater does it, off the loop; the producer only
-            # for a body the deflater could not take
+            # as they are). The dispatcher's DeflateWorker does it, off the
+            # loop; this producer only for a body the worker did not take
             compress_msg_body_over_howmuch=COMPRESS_BODY_OVER,
             compress_level=TRACE_COMPRESS_LEVEL,
             max_message_size=max(max_body, 4 << 20),
@@ -123,6 +123,7 @@ class TraceDispatcher:
         #: 33 us per 100 Pub records that the loop, where the traced
         #: client's sends run, no longer spends
         self._deflater = DeflateWorker(TRACE_COMPRESS_LEVEL, MAX_DEFLATING)
+        self._deflate_failed = False
         self._drops_logged = 0
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
@@ -189,13 +190,16 @@ class TraceDispatcher:
         try:
             return self._deflater.submit(data, keys)
         except Exception as e:  # no thread: the producer compresses on the loop
-            log.warning("trace: compressing on the event loop: %s", e)
+            if not self._deflate_failed:
+                self._deflate_failed = True
+                log.warning("trace: compressing trace messages on the event loop: %s", e)
             return False
 
-    def _send_deflated(self) -> None:
-        """Send the trace messages the compression thread has done."""
-        for deflated, data, keys in self._deflater.done():
-            if deflated is None:  # zlib had no memory: the producer tries
+    def _send_deflated(self, done: list[tuple[bytes | None, bytes, Any]] | None = None) -> None:
+        """Send the trace messages the compression thread has done (or
+        `done`, what its close gave back)."""
+        for deflated, data, keys in self._deflater.done() if done is None else done:
+            if deflated is None:  # not compressed (no memory, or closed): the producer does
                 self._send(data, keys)
             else:
                 self._send(deflated, keys, deflated=True)
@@ -235,18 +239,13 @@ class TraceDispatcher:
         deadline = loop.time() + self.shutdown_timeout
         self._flush()
         # the compression thread's last bodies: each takes well under a
-        # millisecond, so this waits for a few at most
-        while self._deflater.pending and loop.time() < deadline:
+        # millisecond, so this waits for a few at most; what a starved
+        # thread has not done in half the time is compressed here
+        deflated_by = deadline - self.shutdown_timeout / 2
+        while self._deflater.pending and loop.time() < deflated_by:
             await asyncio.sleep(_DEFLATE_POLL)
             self._send_deflated()
-        if self._deflater.pending:
-            self.failed += self._deflater.pending
-            log.warning(
-                "trace: %d trace messages not compressed within %.1f s: not sent",
-                self._deflater.pending,
-                self.shutdown_timeout,
-            )
-        self._deflater.close()
+        self._send_deflated(self._deflater.close())
         if self._inflight:
             await asyncio.wait(set(self._inflight), timeout=max(0.0, deadline - loop.time()))
         await self.producer.shutdown()

@@ -362,6 +362,61 @@ def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
     arun(main(), timeout=90)
 
 
+class _StarvedWorker:
+    """A DeflateWorker whose thread never gets a CPU: it takes bodies and
+    compresses none (what a saturated machine can do to it)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[None, bytes, Any]] = []
+
+    def submit(self, body: bytes, token: Any = None) -> bool:
+        self.jobs.append((None, body, token))
+        return True
+
+    def done(self) -> list[tuple[None, bytes, Any]]:
+        return []
+
+    @property
+    def pending(self) -> int:
+        return len(self.jobs)
+
+    def close(self) -> list[tuple[None, bytes, Any]]:
+        jobs, self.jobs = self.jobs, []
+        return jobs
+
+
+def test_trace_messages_the_worker_never_compressed_go_at_shutdown(tmp_path, arun):
+    """Shutdown waits half its time for the compression thread, then takes
+    back what it has not compressed and sends it compressed on the loop:
+    no trace record is lost to a starved thread."""
+
+    async def main() -> None:
+        async with LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c:
+            async with Producer("PG-starved", c.namesrv_addr, enable_msg_trace=True) as p:
+                tracer = p.tracer
+                assert tracer is not None
+                tracer._deflater.close()
+                tracer._deflater = _StarvedWorker()  # type: ignore[assignment]
+                tracer.shutdown_timeout = 2.0
+                futs = [
+                    p.send_async(Message(TOPIC, f"m{i}".encode())) for i in range(BATCH_SIZE * 2)
+                ]
+                assert all(r.ok for r in await asyncio.gather(*futs))
+            assert tracer.failed == 0 and tracer.dropped == 0 and tracer._deflater.pending == 0
+            remoting = RemotingClient(name="trace-reader")
+            try:
+                api = MQClientAPI(remoting, [c.namesrv_addr])
+                stored = await read_queue(
+                    api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0)
+                )
+            finally:
+                await remoting.shutdown()
+            assert sum(len(decode(m.body.decode())) for m in stored) == BATCH_SIZE * 2
+            assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in stored if len(m.body) >= 4096)
+
+    arun(main(), timeout=90)
+
+
 def _consumer(
     ns: str, group: str, got: list[tuple[str, MessageExt]], fail_first: bool
 ) -> PushConsumer:
