@@ -9,7 +9,7 @@
 # that never takes the GIL, for an event loop that must not spend its time
 # compressing (a traced producer's trace messages).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 from posix.unistd cimport getpid
@@ -117,16 +117,15 @@ cdef list _take_jobs(rmq_deflate_job *job):
     cdef list out = []
     try:
         while job != NULL:
-            item = <object>job.token  # a new reference; the job's is dropped below
+            # what can raise (MemoryError) comes before the job is freed or
+            # after it is gone: never a job half given back
+            stream = (<char *>job.out)[:job.out_len] if job.rc == 0 else None
+            item = <tuple>job.token  # a new reference: the job's is dropped
             Py_DECREF(item)
-            body, token = <tuple>item
-            if job.rc == 0:
-                out.append(((<char *>job.out)[:job.out_len], body, token))
-            else:
-                out.append((None, body, token))
             nxt = job.next
             rmq_deflate_job_free(job)
             job = nxt
+            out.append((stream, item[0], item[1]))
     finally:
         while job != NULL:  # only after an exception (MemoryError)
             Py_DECREF(<object>job.token)

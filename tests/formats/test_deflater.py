@@ -95,7 +95,7 @@ def test_a_worker_gives_back_what_deflater_writes_in_order():
         w.close()
 
 
-def test_a_worker_takes_at_most_max_pending_and_close_drops_the_rest():
+def test_a_worker_takes_at_most_max_pending_and_close_gives_back_the_rest():
     w = rmqcore.DeflateWorker(1, max_pending=2)
     assert w.max_pending == 2 and w.pending == 0
     assert w.submit(b"a" * 5000, 1) and w.submit(b"b" * 5000, 2)
