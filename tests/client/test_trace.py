@@ -248,6 +248,17 @@ def test_a_trace_messages_keys_are_each_there_once_in_order():
         assert got == " ".join(dict.fromkeys(words))
 
 
+async def _trace_queue(c: LocalCluster) -> list[MessageExt]:
+    """Every message in the trace topic's queue (a broker with
+    traceTopicEnable creates it with one), read as a consumer would."""
+    remoting = RemotingClient(name="trace-reader")
+    try:
+        api = MQClientAPI(remoting, [c.namesrv_addr])
+        return await read_queue(api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0))
+    finally:
+        await remoting.shutdown()
+
+
 def test_messages_with_long_keys_are_traced(tmp_path, arun):
     """100 sends with 400-byte keys: their trace records need more keys
     than one trace message holds, and every record is stored."""
@@ -312,13 +323,7 @@ def test_trace_sends_ride_the_traced_clients_connection(tmp_path, arun):
             assert p.client.producer_data == [{"groupName": "PG-one"}]
             # a batch over 4 KB is stored zlib-compressed, as RocketMQ
             # clients store it, and is read back (inflated) as its records
-            remoting = RemotingClient(name="trace-reader")
-            try:
-                api = MQClientAPI(remoting, [c.namesrv_addr])
-                mq = MessageQueue(TRACE_TOPIC, "broker-a", 0)
-                stored = await read_queue(api, c.broker_addr, mq)
-            finally:
-                await remoting.shutdown()
+            stored = await _trace_queue(c)
             assert [len(decode(m.body.decode())) for m in stored] == [BATCH_SIZE] * 2 + [50]
             full = stored[:2]
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in full)
@@ -348,14 +353,7 @@ def test_a_busy_producers_trace_goes_in_whole_batches(tmp_path, arun):
                 ]
                 assert all(r.ok for r in await asyncio.gather(*futs))
             assert tracer.sent == 10 and tracer.failed == 0 and tracer.dropped == 0
-            remoting = RemotingClient(name="trace-reader")
-            try:
-                api = MQClientAPI(remoting, [c.namesrv_addr])
-                stored = await read_queue(
-                    api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0)
-                )
-            finally:
-                await remoting.shutdown()
+            stored = await _trace_queue(c)
             assert [len(decode(m.body.decode())) for m in stored] == [BATCH_SIZE] * 10
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in stored)
 
@@ -403,14 +401,7 @@ def test_trace_messages_the_worker_never_compressed_go_at_shutdown(tmp_path, aru
                 ]
                 assert all(r.ok for r in await asyncio.gather(*futs))
             assert tracer.failed == 0 and tracer.dropped == 0 and tracer._deflater.pending == 0
-            remoting = RemotingClient(name="trace-reader")
-            try:
-                api = MQClientAPI(remoting, [c.namesrv_addr])
-                stored = await read_queue(
-                    api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0)
-                )
-            finally:
-                await remoting.shutdown()
+            stored = await _trace_queue(c)
             assert sum(len(decode(m.body.decode())) for m in stored) == BATCH_SIZE * 2
             assert all(m.sys_flag & SYSFLAG_COMPRESSED for m in stored if len(m.body) >= 4096)
 
@@ -475,12 +466,7 @@ def test_a_message_trace_shows_its_send_and_every_group(tmp_path, arun):
             assert after == [("CG-a", True), ("CG-b", False), ("CG-b", True)]
             assert all(x.msg_id == r.msg_id for x in recs)
             # every record is in the trace topic, keyed by the message id
-            remoting = RemotingClient(name="trace-reader")
-            try:
-                api = MQClientAPI(remoting, [ns])
-                raw = await read_queue(api, c.broker_addr, MessageQueue(TRACE_TOPIC, "broker-a", 0))
-            finally:
-                await remoting.shutdown()
+            raw = await _trace_queue(c)
             assert any(r.msg_id in m.keys for m in raw)
             assert any(untraced.msg_id in m.keys for m in raw)
             # the CLI, as a user runs it
