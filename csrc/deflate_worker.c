@@ -1,5 +1,5 @@
-/* deflate_worker.c: see deflate_worker.h. One thread, one z_stream kept for
- * the worker's life (deflateReset per job), one list of jobs: head..tail in
+/* deflate_worker.c: see deflate_worker.h. One thread, one rmq_deflater kept
+ * for the worker's life (deflate.h), one list of jobs: head..tail in
  * submission order, `todo` the first not yet compressed. The thread takes
  * `todo` under the lock, compresses it without the lock, and advances
  * `todo` under the lock; done() detaches head up to `todo`. */
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "rmq_errors.h"
 
@@ -28,47 +27,33 @@ struct rmq_deflate_worker {
 };
 
 /* Compress one job into a new buffer; the result in job->rc. */
-static void compress_job(z_stream *zs, int ready, rmq_deflate_job *job)
+static void compress_job(rmq_deflater *d, rmq_deflate_job *job)
 {
-    uLong bound;
-    int rc;
+    size_t bound = rmq_deflater_bound(d, job->in_len);
 
-    if (!ready) {
+    if (bound == 0) {
         job->rc = -ENOMEM;
         return;
     }
-    bound = deflateBound(zs, (uLong)job->in_len);
-    job->out = malloc(bound ? bound : 1);
+    job->out = malloc(bound);
     if (job->out == NULL) {
         job->rc = -ENOMEM;
         return;
     }
-    deflateReset(zs);
-    /* zlib reads next_in and never writes it (z_const without ZLIB_CONST) */
-    zs->next_in = (Bytef *)(uintptr_t)job->in;
-    zs->avail_in = (uInt)job->in_len;
-    zs->next_out = job->out;
-    zs->avail_out = (uInt)bound;
-    rc = deflate(zs, Z_FINISH);
-    if (rc != Z_STREAM_END) {
+    job->rc = rmq_deflater_compress(d, job->in, job->in_len, job->out, bound, &job->out_len);
+    if (job->rc != RMQ_OK) {
         free(job->out);
         job->out = NULL;
-        job->rc = RMQ_ECORRUPT;
-        return;
     }
-    job->out_len = bound - zs->avail_out;
-    job->rc = RMQ_OK;
 }
 
 static void *worker_main(void *arg)
 {
     rmq_deflate_worker *w = arg;
     rmq_deflate_job *job;
-    z_stream zs;
-    int ready;
+    rmq_deflater d;
 
-    memset(&zs, 0, sizeof zs);
-    ready = deflateInit2(&zs, w->level, Z_DEFLATED, MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK;
+    rmq_deflater_init(&d, w->level, 8); /* the level was checked at open */
     pthread_mutex_lock(&w->lock);
     for (;;) {
         while (!w->stop && w->todo == NULL)
@@ -77,13 +62,12 @@ static void *worker_main(void *arg)
             break;
         job = w->todo;
         pthread_mutex_unlock(&w->lock);
-        compress_job(&zs, ready, job);
+        compress_job(&d, job);
         pthread_mutex_lock(&w->lock);
         w->todo = job->next;
     }
     pthread_mutex_unlock(&w->lock);
-    if (ready)
-        deflateEnd(&zs);
+    rmq_deflater_end(&d);
     return NULL;
 }
 

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "deflate.h"
+
 typedef struct rmq_deflate_job {
     struct rmq_deflate_job *next;
     const unsigned char *in; /* the caller's, read by the thread */
@@ -37,9 +39,6 @@ typedef struct rmq_deflate_worker rmq_deflate_worker;
 /* A worker compressing at zlib `level` (0..9), holding at most max_pending
  * jobs submitted and not yet taken back (>= 1), its thread started. */
 int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pending);
-
-/* the largest input a job takes (zlib counts a buffer in 32 bits) */
-#define RMQ_DEFLATE_MAX_INPUT ((size_t)1 << 30)
 
 /* A job of in[0..in_len) (in_len <= RMQ_DEFLATE_MAX_INPUT) carrying `token`, queued: RMQ_OK,
  * RMQ_EFULL (max_pending jobs are out), -ENOMEM, or RMQ_EBAD_ARG. */

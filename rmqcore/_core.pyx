@@ -5,6 +5,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from rmqcore.includes.commit_log cimport *
 from rmqcore.includes.consume_queue cimport *
 from rmqcore.includes.crc32 cimport *
+from rmqcore.includes.deflate cimport *
 from rmqcore.includes.deflate_worker cimport *
 from rmqcore.includes.java_hash cimport *
 from rmqcore.includes.mapped_file cimport *

@@ -1,9 +1,7 @@
 # Deflater: zlib streams (what a message's sysFlag COMPRESSED says its body
-# is) from one z_stream kept for the deflater's life. zlib.compress sets up
-# and frees deflate's state, 150 KB or more, for every body; for bodies of a
-# few KB that set-up costs more than the compression itself. The state is set
-# up at the first body (most producers never compress one), and the output
-# scratch kept between bodies is bounded by _KEPT_SCRATCH.
+# is) from one rmq_deflater (csrc/deflate.h: one z_stream kept for the
+# deflater's life, set up at the first body); the output scratch kept
+# between bodies is bounded by _KEPT_SCRATCH.
 #
 # DeflateWorker: the same, on a C thread of its own (csrc/deflate_worker.c)
 # that never takes the GIL, for an event loop that must not spend its time
@@ -11,31 +9,7 @@
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
 from posix.unistd cimport getpid
-
-cdef extern from "zlib.h":
-    ctypedef struct z_stream:
-        unsigned char *next_in
-        unsigned int avail_in
-        unsigned char *next_out
-        unsigned int avail_out
-        const char *msg
-        void *zalloc
-        void *zfree
-        void *opaque
-    int Z_OK
-    int Z_STREAM_END
-    int Z_FINISH
-    int Z_DEFLATED
-    int Z_DEFAULT_STRATEGY
-    int MAX_WBITS
-    int deflateInit2(z_stream *strm, int level, int method, int windowBits, int memLevel,
-                     int strategy)
-    int deflate(z_stream *strm, int flush)
-    int deflateReset(z_stream *strm)
-    int deflateEnd(z_stream *strm)
-    unsigned long deflateBound(z_stream *strm, unsigned long source_len)
 
 
 #: output scratch a Deflater keeps for the next body; a larger body's is freed
@@ -49,42 +23,36 @@ cdef class Deflater:
     default 8). One deflater is used by one thread at a time (an event
     loop's): it holds the GIL throughout."""
 
-    cdef z_stream zs
-    cdef bint ready
+    cdef rmq_deflater d
     cdef unsigned char *out
-    cdef unsigned long out_cap
+    cdef size_t out_cap
     cdef readonly int level
     cdef readonly int mem_level
 
     def __cinit__(self, int level, int mem_level=8):
+        self.out = NULL
+        self.out_cap = 0
         if not 0 <= level <= 9:
             raise ValueError(f"level must be 0..9 (zlib), got {level}")
         if not 1 <= mem_level <= 9:
             raise ValueError(f"mem_level must be 1..9 (zlib), got {mem_level}")
-        self.out = NULL
-        self.out_cap = 0
-        self.ready = False
-        memset(&self.zs, 0, sizeof(z_stream))
+        rmq_deflater_init(&self.d, level, mem_level)
         self.level = level
         self.mem_level = mem_level
 
     def __dealloc__(self):
-        if self.ready:
-            deflateEnd(&self.zs)
+        rmq_deflater_end(&self.d)
         free(self.out)
 
     def compress(self, const unsigned char[::1] body not None):
         cdef Py_ssize_t n = body.shape[0]
-        cdef unsigned long bound
+        cdef size_t bound, got
         cdef int rc
-        if n > 0x7FFFFFFF:
+        if <size_t>n > RMQ_DEFLATE_MAX_INPUT:
             raise ValueError(f"a body of {n} bytes is too large to compress")
-        if not self.ready:
-            if deflateInit2(&self.zs, self.level, Z_DEFLATED, MAX_WBITS, self.mem_level,
-                            Z_DEFAULT_STRATEGY) != Z_OK:
-                raise MemoryError("zlib could not set up a deflate stream")
-            self.ready = True
-        bound = deflateBound(&self.zs, <unsigned long>n)
+        bound = rmq_deflater_bound(&self.d, <size_t>n)
+        if bound == 0:
+            raise MemoryError("zlib could not set up a deflate stream")
         if bound > self.out_cap:
             free(self.out)
             self.out = <unsigned char *>malloc(bound)
@@ -92,17 +60,11 @@ cdef class Deflater:
                 self.out_cap = 0
                 raise MemoryError()
             self.out_cap = bound
-        deflateReset(&self.zs)
-        # zlib reads next_in and never writes it (z_const without ZLIB_CONST)
-        self.zs.next_in = <unsigned char *>&body[0] if n else NULL
-        self.zs.avail_in = <unsigned int>n
-        self.zs.next_out = self.out
-        self.zs.avail_out = <unsigned int>bound
-        rc = deflate(&self.zs, Z_FINISH)
-        if rc != Z_STREAM_END:
-            deflateReset(&self.zs)
-            raise RuntimeError(f"deflate failed ({rc})")
-        out = (<char *>self.out)[:bound - self.zs.avail_out]
+        rc = rmq_deflater_compress(&self.d, &body[0] if n else NULL, <size_t>n, self.out,
+                                   self.out_cap, &got)
+        if rc != 0:
+            raise RuntimeError(f"deflate failed ({rmq_strerror(rc).decode()})")
+        out = (<char *>self.out)[:got]
         if self.out_cap > _KEPT_SCRATCH:
             free(self.out)
             self.out = NULL

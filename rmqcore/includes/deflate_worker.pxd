@@ -12,7 +12,6 @@ cdef extern from "deflate_worker.h" nogil:
         void *token
     ctypedef struct rmq_deflate_worker:
         pass
-    size_t RMQ_DEFLATE_MAX_INPUT
     int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pending)
     int rmq_deflate_worker_submit(rmq_deflate_worker *w, const unsigned char *input,
                                   size_t in_len, void *token)
