@@ -4,11 +4,9 @@ broker, one behind a FaultProxy, and small readers of what a send stored."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,18 +114,6 @@ async def pull_all(
 ) -> list[MessageExt]:
     """Every message of mq from start (bounded number of pulls)."""
     return await read_queue(api, addr, mq, start=start, group="CG-test", timeout=5.0)
-
-
-async def wait_until(pred: Any, timeout: float, interval: float = 0.05) -> bool:
-    """Await pred() until true: at most timeout seconds and a bounded count."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 2):
-        if await pred():
-            return True
-        if time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(interval)
-    return bool(await pred())
 
 
 def java_string_hash(s: str) -> int:

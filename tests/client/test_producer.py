@@ -25,7 +25,7 @@ from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 from pyrmq.testing.proxy import FaultProxy
-from tests._waiting import wait_until as wait_until_progress
+from tests._waiting import wait_until
 from tests.client._producer_env import (
     HEX32,
     PROXY_IP,
@@ -38,7 +38,6 @@ from tests.client._producer_env import (
     pull_all,
     second_broker,
     stored_at,
-    wait_until,
 )
 
 # -- send: results and what is stored --------------------------------------------------------
@@ -218,7 +217,7 @@ def test_send_oneway_arrives(arun, tmp_path):
             async def arrived() -> bool:
                 return len(await bodies()) == 4
 
-            assert await wait_until(arrived, 10)
+            await wait_until(arrived, "the four oneway sends stored", stall_after=10)
             assert await bodies() == [b"ow0", b"ow1", b"ow2", b"ow3"]
 
     arun(main())
@@ -466,7 +465,7 @@ def test_send_oneway_in_a_tight_loop_is_held_to_the_brokers_pace(arun, tmp_path)
             async def all_stored() -> bool:
                 return await stored() == n + 1
 
-            await wait_until_progress(all_stored, "every oneway stored", progress=stored)
+            await wait_until(all_stored, "every oneway stored", progress=stored)
             bodies = [m.body for mq in mqs for m in await pull_all(e.api, a, mq)]
             assert sorted(bodies) == sorted([b"warm"] + [body] * n)
 
@@ -529,7 +528,7 @@ def test_delay_level_delivered_after_the_delay(arun, tmp_path):
             async def delivered() -> bool:
                 return bool(await pull_all(e.api, a, mq))
 
-            assert await wait_until(delivered, 15, 0.1)
+            await wait_until(delivered, "the delayed message delivered", stall_after=15, step=0.1)
             elapsed = time.monotonic() - t0
             (m,) = await pull_all(e.api, a, mq)
             assert elapsed >= 1.5  # level 2 is 2 s (lower bound only, with slack)
@@ -560,7 +559,7 @@ def test_route_refresh_finds_topic_created_later(arun, tmp_path):
             async def grown() -> bool:
                 return len(await p.fetch_publish_message_queues("LateT")) == 5
 
-            assert await wait_until(grown, 10)
+            await wait_until(grown, "the route's five queues", stall_after=10)
             got = {(await p.send(Message("LateT", b"q"))).message_queue.queue_id for _ in range(5)}
             assert got == set(range(5))
 
@@ -617,7 +616,7 @@ def test_restarted_broker_gets_its_turn_again(arun, tmp_path):
                 async def closed() -> bool:
                     return p.client.remoting.open_connection(b.broker_addr) is None
 
-                assert await wait_until(closed, 5)
+                await wait_until(closed, "the old connection closed", stall_after=5)
                 names = [
                     (await p.send(Message("RestartT", f"r{i}".encode()))).message_queue.broker_name
                     for i in range(6)
