@@ -284,7 +284,7 @@ class DeflateWorker:
     def done(self) -> list[tuple[bytes | None, bytes, Any]]: ...
     def close(self) -> list[tuple[bytes | None, bytes, Any]]: ...
 
-class PubBuffer:
+class TraceBuffer:
     dropped: int
     last_error: Exception | None
     def __init__(

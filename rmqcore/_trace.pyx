@@ -1,6 +1,8 @@
-# Pub trace records (RocketMQ's TraceDataEncoder), written here because a
-# traced producer writes one per send: the format is documented in
-# pyrmq/common/trace.py, and this is its only writer of Pub records.
+# TraceBuffer: a traced client's trace records, in C until the dispatcher
+# takes them as trace message bodies. Pub records (RocketMQ's
+# TraceDataEncoder) are written here because a traced producer writes one
+# per send: the format is documented in pyrmq/common/trace.py, and this is
+# its only writer of Pub records.
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove
@@ -206,7 +208,7 @@ cdef str _unique_keys(const char *p, Py_ssize_t n):
         free(out)
 
 
-cdef class PubBuffer:
+cdef class TraceBuffer:
     """A traced client's records: the Pub records of its sends, written as
     each send is answered (append: no Python object is kept per send, so a
     busy producer's garbage collector has nothing more to walk), and its

@@ -27,7 +27,7 @@ it. Records:
 An empty field is the text ``null`` where Java writes a missing value.
 
 Pub records are written in C (rmqcore/_trace.pyx: ``encode_pub``, and
-``PubBuffer``, which a traced producer appends to as each send is
+``TraceBuffer``, which a traced producer appends to as each send is
 answered), the others here; ``decode`` reads them all."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ asynchronously and in batches (RocketMQ's AsyncTraceDispatcher).
 
 A producer or push consumer with ``enable_msg_trace=True`` hands its
 records (pyrmq.common.trace) to ``append``, which encodes them into a
-buffer in C (rmqcore.PubBuffer; a producer's Pub records go to
+buffer in C (rmqcore.TraceBuffer; a producer's Pub records go to
 ``append_pub``, written there as each send is answered, no Python object
 kept per send): a background task sends them, every ``flush_interval`` seconds or as soon as
 ``batch_size`` are queued, as messages of at most ``batch_size`` records
@@ -33,7 +33,7 @@ from pyrmq.common.trace import (
     TRACE_TOPIC,
     TraceRecord,
 )
-from rmqcore import MAX_PROPERTIES_LENGTH, DeflateWorker, PubBuffer
+from rmqcore import MAX_PROPERTIES_LENGTH, DeflateWorker, TraceBuffer
 
 if TYPE_CHECKING:
     from pyrmq.client.instance import ClientInstance
@@ -112,7 +112,7 @@ class TraceDispatcher:
         #: batch_size-th schedules a flush, so a busy producer's trace goes
         #: out a batch at a time (a burst of large trace messages each
         #: flush_interval would hold the broker from the user's sends)
-        self._records = PubBuffer(
+        self._records = TraceBuffer(
             group, SendStatus.SEND_OK, DEFAULT_REGION, max_pending, batch_size, self._flush_soon
         )
         #: append_pub(message, send result, store host, began ms, cost ms):

@@ -20,7 +20,7 @@ from pyrmq.producer import Producer, TransactionProducer
 from pyrmq.producer.trace import BATCH_SIZE
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
-from rmqcore import PubBuffer
+from rmqcore import TraceBuffer
 from tests._cli import pyrmq_cli
 from tests._reading import read_queue
 from tests._waiting import wait_until
@@ -70,14 +70,14 @@ def _pub(i: int, **props: Any) -> tuple[Message, SendResult, str, int, int]:
 
 
 def test_pub_records_of_sends_are_batched_by_size():
-    """What a traced producer flushes (rmqcore.PubBuffer): every send's Pub
+    """What a traced producer flushes (rmqcore.TraceBuffer): every send's Pub
     record, in bodies of at most max_body bytes, each with the message ids
     and KEYS of its records, each once; read back as they were sent."""
     recs = [_pub(i, tags="TagA" if i % 3 else None, keys=f"order-{i // 2}") for i in range(1, 200)]
     recs[7] = _pub(8, tags="Tä", delay_level=3)  # non-ASCII, delayed
     recs[9] = _pub(10, keys=["k1", "k2"])
     recs[9][0].properties["TRAN_MSG"] = "true"  # as the transaction producer sets it
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "DefaultRegion", 1000)
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "DefaultRegion", 1000)
     for rec in recs:
         buf.append(*rec)
     assert len(buf) == len(recs)
@@ -115,7 +115,7 @@ def test_pub_records_of_sends_are_batched_by_size():
     buf.append(*_pub(3))
     buf.append(recs[0][0], object(), "h", 1, 1)
     assert buf.dropped == 1 and isinstance(buf.last_error, AttributeError)
-    small = PubBuffer("PG", SendStatus.SEND_OK, "R", 1)
+    small = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1)
     small.append(*_pub(4))
     small.append(*_pub(5))
     assert small.dropped == 1 and small.last_error is None and len(small) == 1
@@ -128,7 +128,7 @@ def test_every_batch_of_pub_records_asks_for_a_flush():
     flush, so trace messages leave a batch at a time); take() cuts at
     max_records too; an on_batch that raises is counted, never raised."""
     calls: list[int] = []
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000, 3, lambda: calls.append(len(buf)))
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1000, 3, lambda: calls.append(len(buf)))
     for i in range(1, 8):
         buf.append(*_pub(i))
     assert calls == [3, 6]
@@ -143,7 +143,7 @@ def test_every_batch_of_pub_records_asks_for_a_flush():
     def boom() -> None:
         raise RuntimeError("no loop")
 
-    failing = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000, 1, boom)
+    failing = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1000, 1, boom)
     failing.append(*_pub(1))
     assert len(failing) == 1 and failing.dropped == 1
     assert isinstance(failing.last_error, RuntimeError)
@@ -155,7 +155,7 @@ def test_a_batch_flush_takes_only_whole_trace_messages():
     keys, for the next take. A flush that ran after more records arrived
     (answers come in bursts) once sent the rest as a short trace message,
     a third more trace messages than full batches need."""
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1000)
     for i in range(1, 9):
         buf.append(*_pub(i, keys=f"k{i}"))
     pieces = buf.take(100_000, 3, 0, True)
@@ -186,7 +186,7 @@ def test_a_trace_messages_keys_stay_within_a_records_properties():
     """Pieces are cut at max_keys bytes of keys too (the trace message's
     KEYS property; a CommitLog record holds 32767 bytes of properties); a
     record whose keys alone pass it goes in a piece of its own."""
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1000)
     for i in range(1, 11):
         buf.append(*_pub(i, keys=f"{i}-" + "k" * 97))  # 100 bytes, + "IDn" and spaces
     buf.append(*_pub(11, keys="x" * 500))
@@ -202,7 +202,7 @@ def test_encoded_records_share_the_pub_records_bodies():
     """SubBefore/SubAfter records (append_encoded) go in the same bodies as
     the Pub records, cut by the same rules, their keys with them; what
     cannot be written is dropped and counted, never raised."""
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 1000)
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1000)
     buf.append(*_pub(1))
     after = TraceRecord("SubAfter", "ID1", 1700000000009, request_id="R1", cost_ms=4,
                         success=True, keys="order-1", context_code=0)  # fmt: skip
@@ -224,7 +224,7 @@ def test_encoded_records_share_the_pub_records_bodies():
     buf.append_encoded(after.encode(), [])  # a body whose records carry no keys
     ((body, keys),) = buf.take(100_000)
     assert decode(body.decode())[0].request_id == "R1" and keys == ""
-    full = PubBuffer("PG", SendStatus.SEND_OK, "R", 1)
+    full = TraceBuffer("PG", SendStatus.SEND_OK, "R", 1)
     full.append_encoded(after.encode(), after.trace_keys())
     full.append_encoded(after.encode(), after.trace_keys())
     assert len(full) == 1 and full.dropped == 1
@@ -237,7 +237,7 @@ def test_a_trace_messages_keys_are_each_there_once_in_order():
     and repeated keys and bodies cut at a record count."""
     rnd = random.Random(16)
     pool = [f"k{i}" for i in range(60)] + ["ключ", "键-7", "a" * 300, "two words"]
-    buf = PubBuffer("PG", SendStatus.SEND_OK, "R", 10_000)
+    buf = TraceBuffer("PG", SendStatus.SEND_OK, "R", 10_000)
     records = [[rnd.choice(pool) for _ in range(rnd.randint(0, 4))] for _ in range(900)]
     for keys in records:
         buf.append_encoded("record", keys)
