@@ -300,18 +300,7 @@ class Connection(asyncio.Protocol):
             self._write(data)
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
-        handler = self._handler
-        try:
-            if handler is None:
-                raise BrokerError.for_code(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)(
-                    f"request code {cmd.code} not supported"
-                )
-            result = handler(self, cmd)
-        except BrokerError as e:
-            result = cmd.response(e.code, remark=e.remark)
-        except Exception as e:
-            log.exception("%s: handling request code %d failed", self.name, cmd.code)
-            result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        result = answer(self._handler, self, cmd)
         if result is None:
             return
         if isinstance(result, RemotingCommand):
@@ -327,15 +316,7 @@ class Connection(asyncio.Protocol):
     async def _finish(
         self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]
     ) -> None:
-        try:
-            result = await pending
-        except asyncio.CancelledError:
-            raise
-        except BrokerError as e:
-            result = cmd.response(e.code, remark=e.remark)
-        except Exception as e:
-            log.exception("%s: handling request code %d failed", self.name, cmd.code)
-            result = cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        result = await answer_later(self.name, cmd, pending)
         if result is not None and not cmd.flag & FLAG_ONEWAY:
             if self._rpc_hook is not None:
                 self._rpc_hook(result)
@@ -512,6 +493,40 @@ class Connection(asyncio.Protocol):
     @property
     def pending_requests(self) -> int:
         return len(self._pending)
+
+
+def answer(handler: RequestHandler | None, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+    """handler(conn, cmd), its errors turned into answers: a BrokerError
+    into its code and remark, anything else into SYSTEM_ERROR (logged). No
+    handler: REQUEST_CODE_NOT_SUPPORTED. Used by every connection, and by
+    the gRPC proxy's in-process requests (pyrmq/proxy/channel.py)."""
+    try:
+        if handler is None:
+            raise BrokerError.for_code(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)(
+                f"request code {cmd.code} not supported"
+            )
+        return handler(conn, cmd)
+    except BrokerError as e:
+        return cmd.response(e.code, remark=e.remark)
+    except Exception as e:
+        log.exception("%s: handling request code %d failed", conn.name, cmd.code)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+
+
+async def answer_later(
+    name: str, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]
+) -> RemotingCommand | None:
+    """The answer a handler gave as an awaitable, errors turned into
+    answers as answer() does."""
+    try:
+        return await pending
+    except asyncio.CancelledError:
+        raise
+    except BrokerError as e:
+        return cmd.response(e.code, remark=e.remark)
+    except Exception as e:
+        log.exception("%s: handling request code %d failed", name, cmd.code)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
 
 
 class FileRanges:

@@ -100,7 +100,9 @@ class RemotingServer:
         """Called with each connection that closes (ChannelEventListener)."""
         self._close_listeners.append(listener)
 
-    def _handle(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        """One request through the hooks to its processor (what every
+        connection calls; the gRPC proxy calls it in-process)."""
         for hook in self._hooks:
             hook(conn, cmd)
         processor = self._processors.get(cmd.code)
@@ -129,7 +131,7 @@ class RemotingServer:
 
     def _new_connection(self) -> Connection:
         conn = Connection(
-            self._handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+            self.handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
         )
         self.connections.add(conn)
         return conn
@@ -212,7 +214,7 @@ class RemotingServer:
             sock.close()
             return
         conn = Connection(
-            self._handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+            self.handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
         )
         try:
             async with asyncio.timeout(self.handshake_timeout):

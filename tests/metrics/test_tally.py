@@ -82,7 +82,7 @@ def test_server_tells_the_observer(answer: str, flag: int, want: tuple[int, int,
 
     server.register(310, processor)  # type: ignore[arg-type]
     try:
-        result = server._handle(None, cmd)  # type: ignore[arg-type]
+        result = server.handle(None, cmd)  # type: ignore[arg-type]
     except (BrokerError, RuntimeError):
         result = None
     if answer == "later":
