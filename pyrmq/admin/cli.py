@@ -72,6 +72,7 @@ async def _update_topic(admin: AdminClient, a: argparse.Namespace) -> Output:
         order=a.order,
         cluster=a.cluster,
         broker_addr=a.broker_addr,
+        attributes=a.attributes or "",
     )
     lines = [f"create topic to {b} success: {r.topic}" for b in r.brokers]
     lines.append(
@@ -384,6 +385,12 @@ def _setup_update_topic(p: argparse.ArgumentParser) -> None:
     opt(p, "-r", "readQueueNums", "read-queues", dest="read_queues", type=int, default=8)
     opt(p, "-w", "writeQueueNums", "write-queues", dest="write_queues", type=int, default=8)
     opt(p, "-p", "perm", type=int, default=6, help="6 = read+write (4 read, 2 write)")
+    opt(
+        p,
+        "-a",
+        "attributes",
+        help="topic attributes, e.g. +message.type=FIFO (NORMAL, FIFO, DELAY, TRANSACTION, MIXED)",
+    )
     opt(
         p,
         "-o",

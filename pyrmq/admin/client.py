@@ -212,9 +212,11 @@ class AdminClient(AdminOps):
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        attributes: str = "",
     ) -> TopicCreated:
         """Create or update `topic` on one broker (`broker_addr`), on every
-        master of `cluster`, or on every master the name server knows."""
+        master of `cluster`, or on every master the name server knows.
+        `attributes`: RocketMQ 5's "+message.type=FIFO" form."""
         if broker_addr is not None and cluster is not None:
             raise ClientError("give a broker address or a cluster, not both")
         brokers = [broker_addr] if broker_addr else await self._masters(cluster)
@@ -228,6 +230,8 @@ class AdminClient(AdminOps):
             "topicSysFlag": "0",
             "order": "true" if order else "false",
         }
+        if attributes:
+            fields["attributes"] = attributes
         for b in brokers:
             await self.api.broker_request(
                 b, RequestCode.UPDATE_AND_CREATE_TOPIC, fields, timeout=self.timeout

@@ -38,6 +38,13 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5's topic attributes (message.type: NORMAL, FIFO, DELAY,
+    #: TRANSACTION or MIXED; a topic without one is NORMAL)
+    attributes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        return self.attributes.get("message.type", "NORMAL")
 
     @property
     def queue_nums(self) -> int:
@@ -60,6 +67,7 @@ class TopicConfig:
             "topicFilterType": self.topic_filter_type,
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
+            "attributes": dict(self.attributes),
         }
 
     @classmethod
@@ -72,7 +80,39 @@ class TopicConfig:
             str(d.get("topicFilterType", "SINGLE_TAG")),
             int(d.get("topicSysFlag", 0) or 0),
             bool(d.get("order", False)),
+            {str(k): str(v) for k, v in (d.get("attributes") or {}).items()},
         )
+
+
+#: the topic attributes a broker takes, and the values each may have
+#: (RocketMQ 5's TopicAttributes)
+TOPIC_ATTRIBUTES = {"message.type": {"NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"}}
+
+
+def apply_attributes(current: dict[str, str], text: str) -> dict[str, str]:
+    """current changed by CreateTopicRequestHeader.attributes, RocketMQ 5's
+    AttributeParser text: comma-separated "+key=value" (set) and "-key"
+    (drop), e.g. "+message.type=FIFO". MessageIllegalError for anything
+    else."""
+    out = dict(current)
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        op, rest = item[0], item[1:]
+        key, eq, value = rest.partition("=")
+        allowed = TOPIC_ATTRIBUTES.get(key)
+        if op not in "+-" or allowed is None:
+            raise MessageIllegalError(
+                f"attribute {item!r}: want +key=value or -key, "
+                f"key one of {sorted(TOPIC_ATTRIBUTES)}"
+            )
+        if op == "-":
+            out.pop(key, None)
+        elif not eq or value not in allowed:
+            raise MessageIllegalError(
+                f"attribute {key}={value}: the value must be one of {sorted(allowed)}"
+            )
+        else:
+            out[key] = value
+    return out
 
 
 def check_topic_name(topic: str) -> None:

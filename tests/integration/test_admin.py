@@ -316,6 +316,42 @@ def test_topic_admin_create_route_delete(arun, tmp_path):
     arun(main())
 
 
+def test_topic_attributes(arun, tmp_path):
+    """RocketMQ 5's topic attributes ("+message.type=FIFO"): set, kept by an
+    update that names none, dropped with "-key", refused when unknown, and
+    in the topic table the broker saves and serves."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            a = c.broker_addr
+
+            async def create(**kw: object) -> object:
+                fields = {"topic": "AttrT", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+                return await simple(cl, a, RC.UPDATE_AND_CREATE_TOPIC, **(fields | kw))
+
+            async def attributes() -> dict[str, str]:
+                cfg = json.loads((await simple(cl, a, RC.GET_ALL_TOPIC_CONFIG)).body)
+                return cfg["topicConfigTable"]["AttrT"]["attributes"]
+
+            assert (await create(attributes="+message.type=FIFO")).code == R.SUCCESS
+            assert await attributes() == {"message.type": "FIFO"}
+            assert (await create(readQueueNums=4)).code == R.SUCCESS
+            assert await attributes() == {"message.type": "FIFO"}, "an update keeps them"
+            for bad in ("+message.type=QUEUE", "+color=red", "message.type=FIFO", "+message.type"):
+                r = await create(attributes=bad)
+                assert r.code == R.MESSAGE_ILLEGAL and r.remark, (bad, r)
+            assert await attributes() == {"message.type": "FIFO"}, "a refusal changes nothing"
+            assert (await create(attributes="-message.type")).code == R.SUCCESS
+            assert await attributes() == {}
+            assert (await create(attributes="+message.type=TRANSACTION")).code == R.SUCCESS
+            saved = json.loads((tmp_path / "store" / "config" / "topics.json").read_text())
+            assert saved["topicConfigTable"]["AttrT"]["attributes"] == {
+                "message.type": "TRANSACTION"
+            }
+
+    arun(main())
+
+
 def test_all_topic_config_system_topics(arun, tmp_path):
     async def main() -> None:
         async with cluster(tmp_path) as (c, cl):

@@ -16,7 +16,12 @@ from typing import Any
 from pyrmq.broker.client_manager import ConsumerManager
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
 from pyrmq.broker.processor.headers import field, header_int, int_field, queue_id_field
-from pyrmq.broker.topic_config import TopicConfig, TopicConfigManager, check_topic_name
+from pyrmq.broker.topic_config import (
+    TopicConfig,
+    TopicConfigManager,
+    apply_attributes,
+    check_topic_name,
+)
 from pyrmq.common.errors import (
     BrokerSystemError,
     ConsumerNotOnlineError,
@@ -76,6 +81,8 @@ class AdminBrokerProcessor:
             int32("topicSysFlag", 0),
             f.get("order") in ("true", "1"),
         )
+        old = self.topics.get(topic)
+        tc.attributes = apply_attributes(old.attributes if old else {}, f.get("attributes") or "")
         if tc.perm & ~15:
             raise MessageIllegalError(f"perm {tc.perm} is not a combination of 8, 4, 2, 1")
         self.topics.update(tc)
