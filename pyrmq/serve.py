@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -13,7 +14,7 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pyrmq.broker import Broker, load_broker_conf
@@ -73,6 +74,7 @@ def add_arguments(sub: Any) -> None:
     br.add_argument("-c", "--config", default=None, help="RocketMQ broker.conf (properties)")
     br.add_argument("-n", "--namesrv-addr", default=None, help="name servers, ';'-separated")
     _add_tls_argument(br)
+    _add_proxy_arguments(br)
     br.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
     st = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
@@ -89,11 +91,63 @@ def add_arguments(sub: Any) -> None:
     st.add_argument("-c", "--config", default=None, help="broker.conf with more settings")
     st.add_argument("--auto-create-topic", choices=("true", "false"), default=None)
     _add_tls_argument(st)
+    _add_proxy_arguments(st)
     st.add_argument(
         "--ready-file",
         default=None,
         help="write {namesrv, broker, pid} as JSON here once listening",
     )
+
+
+def _add_proxy_arguments(parser: Any) -> None:
+    parser.add_argument(
+        "--enable-proxy",
+        action="store_true",
+        default=None,
+        help="serve RocketMQ 5's gRPC protocol (the 5.x SDKs) in this process "
+        "(or enableProxy=true in -c)",
+    )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="the gRPC port (grpcServerPort; default 8081, 0: any free port)",
+    )
+
+
+def _proxy_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.enable_proxy:
+        out["enableProxy"] = "true"
+    if args.grpc_port is not None:
+        out["grpcServerPort"] = args.grpc_port
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _local_proxy(broker: Broker) -> AsyncIterator[dict[str, str]]:
+    """RocketMQ 5's proxy in local mode beside the broker when
+    enableProxy=true; yields the ready file's {"grpc": host:port}."""
+    if not broker.config.enable_proxy:
+        yield {}
+        return
+    from pyrmq.proxy import ProxyConfig
+    from pyrmq.proxy.server import GrpcProxy
+
+    cfg = broker.config
+    proxy = GrpcProxy(
+        broker,
+        ProxyConfig(
+            grpc_server_port=cfg.grpc_server_port,
+            listen_host=cfg.listen_host,
+            max_message_size=broker.store_config.max_message_size,
+        ),
+    )
+    await proxy.start()
+    try:
+        yield {"grpc": f"{broker.ip}:{proxy.port}"}
+    finally:
+        await proxy.shutdown()
 
 
 def _add_tls_argument(parser: Any) -> None:
@@ -198,11 +252,15 @@ async def run_controller(args: argparse.Namespace) -> int:
 
 
 async def run_broker(args: argparse.Namespace) -> int:
-    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
+    overrides: dict[str, Any] = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
+    overrides.update(_proxy_overrides(args))
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
-    async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
-        _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics))
+    async with (
+        Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
+        _local_proxy(broker) as proxy,
+    ):
+        _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics), **proxy)
         await _until_signalled()
     return 0
 
@@ -240,8 +298,12 @@ async def run_standalone(args: argparse.Namespace) -> int:
             overrides["flushDiskType"] = args.flush
         if args.auto_create_topic:
             overrides["autoCreateTopicEnable"] = args.auto_create_topic
+        overrides.update(_proxy_overrides(args))
         bcfg, scfg = load_broker_conf(args.config, overrides)
-        async with Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker:
+        async with (
+            Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
+            _local_proxy(broker) as proxy,
+        ):
             log.info(
                 "pyrmq standalone ready: name server %s, broker %s, store %s (%s). "
                 "Point clients at the name server %s. Ctrl-C stops.",
@@ -251,7 +313,9 @@ async def run_standalone(args: argparse.Namespace) -> int:
                 scfg.flush_disk_type.value,
                 namesrv,
             )
-            info = _metrics_info(broker.metrics)
+            if proxy:
+                log.info("5.x SDKs (gRPC): point them at %s", proxy["grpc"])
+            info = _metrics_info(broker.metrics) | proxy
             _ready(args.ready_file, namesrv=namesrv, broker=broker.addr, **info)
             await _until_signalled()
     return 0

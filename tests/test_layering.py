@@ -44,6 +44,9 @@ ALLOWED = {
         "pyrmq.remoting",
         "pyrmq.client",
     },
+    # RocketMQ 5's proxy (STYLE.md section 10): protocol adapters over the
+    # broker's own processors; the broker never imports it
+    "pyrmq.proxy": {"pyrmq.common", "pyrmq.remoting", "pyrmq.broker"},
     # administration is a client program (STYLE.md section 10): no server imports it
     "pyrmq.admin": {
         "pyrmq.acl",

@@ -177,6 +177,11 @@ class BrokerConfig:
     metrics_label_value_limit: int = DEFAULT_LABEL_VALUE_LIMIT
     #: pyrmq: rocketmq_rpc_latency times one request in this many (1: all)
     metrics_rpc_latency_sample_every: int = DEFAULT_RPC_LATENCY_SAMPLE_EVERY
+    #: RocketMQ 5's proxy in local mode (mqbroker --enable-proxy): the gRPC
+    #: endpoint of the 5.x SDKs inside this broker, on grpcServerPort
+    #: (0: any free port; pyrmq/proxy)
+    enable_proxy: bool = False
+    grpc_server_port: int = 8081
     #: pyrmq: store path of the CommitLog if not <storePathRootDir>/commitlog
     store_path_commit_log: str = ""
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
@@ -219,6 +224,8 @@ class BrokerConfig:
             raise ClientError("haSendHeartbeatInterval and haHousekeepingInterval must be > 0")
         if self.ha_transfer_batch_size <= 0 or self.ha_max_gap_not_in_sync <= 0:
             raise ClientError("haTransferBatchSize and haMaxGapNotInSync must be > 0")
+        if not 0 <= self.grpc_server_port <= 65535:
+            raise ClientError(f"grpcServerPort {self.grpc_server_port} is not a TCP port")
         if not 0 <= self.listen_port <= 65535:
             raise ClientError(f"listenPort {self.listen_port} is not a TCP port")
         if self.broker_id < 0:

@@ -1,0 +1,190 @@
+"""The gRPC clients the proxy knows (RocketMQ 5 proxy's GrpcChannelManager
+and GrpcClientSettingsManager): each by its ``x-mq-client-id``, with the
+Settings it reported, its Telemetry stream and its LocalChannel into the
+broker.
+
+A producer is registered in the broker's producer table under each topic it
+publishes (5.x producers have no group; the topic stands for one, as in
+RocketMQ 5), so the transaction check-back reaches it: the broker's
+CHECK_TRANSACTION_STATE arrives on the LocalChannel and leaves on the
+client's Telemetry stream as a RecoverOrphanedTransactionCommand."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pyrmq.proxy.channel import LocalChannel
+from pyrmq.proxy.config import ProxyConfig
+from pyrmq.proxy.convert import check_command
+from pyrmq.proxy.errors import ProxyError
+from pyrmq.proxy.protocol import OK, pb, set_duration_ms, status
+from pyrmq.remoting import RemotingCommand, RequestCode
+
+if TYPE_CHECKING:
+    from pyrmq.broker.broker import Broker
+
+log = logging.getLogger("pyrmq.proxy")
+
+#: the producer's send retry policy handed out in Settings (RocketMQ 5
+#: proxy's default: 3 attempts, 10 ms doubling up to 1 s)
+SEND_MAX_ATTEMPTS = 3
+#: a client's Telemetry queue holds at most this many commands not yet
+#: written (a client that never reads its stream costs no more)
+TELEMETRY_QUEUE = 1024
+
+_LANGUAGE = {
+    pb.JAVA: "JAVA",
+    pb.CPP: "CPP",
+    pb.DOT_NET: "DOTNET",
+    pb.GOLANG: "GO",
+    pb.RUST: "RUST",
+    pb.PYTHON: "PYTHON",
+    pb.NODE_JS: "NODE_JS",
+}
+
+
+class GrpcClient:
+    """One 5.x client: its channel into the broker and its Telemetry."""
+
+    def __init__(self, broker: Broker, client_id: str, peer: str) -> None:
+        assert broker.server is not None
+        self.client_id = client_id
+        self.channel = LocalChannel(broker.server, client_id, peer)
+        self.channel.on_request = self._broker_request
+        self.settings: Any = None
+        self.last_seen = time.monotonic()
+        self._telemetry: asyncio.Queue[Any] | None = None
+        self._broker = broker
+        self._groups: set[str] = set()
+
+    @property
+    def language(self) -> str:
+        s = self.settings
+        return _LANGUAGE.get(s.user_agent.language, "OTHER") if s is not None else "OTHER"
+
+    def heartbeat(self, request: Any = None) -> None:
+        self.last_seen = time.monotonic()
+        self._register()
+
+    def _register(self) -> None:
+        """Into the broker's producer table under each topic published."""
+        s = self.settings
+        if s is None or s.client_type != pb.PRODUCER:
+            return
+        producers = self._broker.producers
+        for topic in s.publishing.topics:
+            producers.register(self.channel, self.client_id, self.language, 0, topic.name)
+            self._groups.add(topic.name)
+
+    # -- Telemetry --------------------------------------------------------------
+
+    def open_telemetry(self) -> asyncio.Queue[Any]:
+        """A new stream replaces the one before (a client reconnecting)."""
+        self._telemetry = asyncio.Queue(TELEMETRY_QUEUE)
+        return self._telemetry
+
+    def close_telemetry(self, queue: asyncio.Queue[Any]) -> None:
+        if self._telemetry is queue:
+            self._telemetry = None
+
+    def send_telemetry(self, cmd: Any) -> bool:
+        q = self._telemetry
+        if q is None:
+            return False
+        try:
+            q.put_nowait(cmd)
+        except asyncio.QueueFull:
+            log.warning("proxy: client %s reads its telemetry no more; dropped", self.client_id)
+            return False
+        return True
+
+    def _broker_request(self, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            if not self.send_telemetry(check_command(cmd)):
+                log.info(
+                    "proxy: transaction check for client %s not sent: no telemetry stream",
+                    self.client_id,
+                )
+        else:
+            log.debug("proxy: request code %d not passed to 5.x client", cmd.code)
+
+    def close(self) -> None:
+        self._broker.producers.channel_closed(self.channel)
+        self._broker.consumers.channel_closed(self.channel)
+        self.channel.close()
+
+
+class ClientRegistry:
+    def __init__(self, broker: Broker, config: ProxyConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.clients: dict[str, GrpcClient] = {}
+
+    def of(self, context: Any) -> GrpcClient:
+        """The client a call comes from (created at its first call)."""
+        client_id = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == "x-mq-client-id":
+                client_id = value
+                break
+        if not client_id:
+            raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is required")
+        c = self.clients.get(client_id)
+        if c is None or not c.channel.is_open:
+            c = self.clients[client_id] = GrpcClient(self.broker, client_id, _peer(context))
+        c.last_seen = time.monotonic()
+        return c
+
+    def terminated(self, context: Any) -> None:
+        try:
+            c = self.of(context)
+        except ProxyError:
+            return
+        self.clients.pop(c.client_id, None)
+        c.close()
+
+    def sweep(self) -> int:
+        """Drop clients idle for config.client_idle; how many went."""
+        cut = time.monotonic() - self.config.client_idle
+        gone = [c for c in self.clients.values() if c.last_seen < cut]
+        for c in gone:
+            log.info("proxy: client %s idle, dropped", c.client_id)
+            del self.clients[c.client_id]
+            c.close()
+        return len(gone)
+
+    def close_all(self) -> None:
+        for c in self.clients.values():
+            c.close()
+        self.clients.clear()
+
+    def settings_answer(self, client: GrpcClient, settings: Any) -> Any:
+        """The Settings the proxy answers a client's Settings with: the
+        client's own, with the server's policies filled in."""
+        client.settings = settings
+        client.heartbeat()
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        if settings.client_type == pb.PRODUCER:
+            policy = out.backoff_policy
+            policy.max_attempts = SEND_MAX_ATTEMPTS
+            set_duration_ms(policy.exponential_backoff.initial, 10)
+            set_duration_ms(policy.exponential_backoff.max, 1000)
+            policy.exponential_backoff.multiplier = 2.0
+            out.publishing.max_body_size = self.config.max_message_size
+            out.publishing.validate_message_type = self.config.topic_message_type_check
+        out.metric.on = False
+        return pb.TelemetryCommand(status=status(OK), settings=out)
+
+
+def _peer(context: Any) -> str:
+    """ip:port of a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000")."""
+    peer = context.peer() or ""
+    kind, _, addr = peer.partition(":")
+    if kind == "ipv6" and addr.startswith("["):
+        host, _, port = addr[1:].partition("]:")
+        return f"{host}:{port}"
+    return addr if kind in ("ipv4", "ipv6") else "0.0.0.0:0"

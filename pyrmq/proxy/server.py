@@ -1,0 +1,170 @@
+"""GrpcProxy: the gRPC server of RocketMQ 5's MessagingService, inside the
+broker's event loop (grpc.aio)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from pyrmq.common.errors import ClientError
+from pyrmq.proxy.config import ProxyConfig
+from pyrmq.proxy.protocol import SERVICE, pb
+from pyrmq.proxy.service import MessagingService
+
+if TYPE_CHECKING:
+    from pyrmq.broker.broker import Broker
+
+log = logging.getLogger("pyrmq.proxy")
+
+#: how often idle clients are dropped (seconds)
+SWEEP_INTERVAL = 10.0
+#: the largest request a client may send: a send of a 4 MB body with room
+#: for its properties (gRPC's own default is 4 MB)
+MAX_RECEIVE = 8 * 1024 * 1024
+
+
+def handlers(service: object) -> grpc.GenericRpcHandler:
+    """The gRPC method handlers of service's RPCs (a method named as each
+    RPC of MessagingService; an RPC it lacks is UNIMPLEMENTED).
+
+    Requests arrive as bytes and are parsed here, not by gRPC, so a request
+    that is not the protobuf its RPC takes is INVALID_ARGUMENT with what
+    failed, where gRPC's own parsing would answer INTERNAL; an unexpected
+    error in a handler is logged and answered INTERNAL with its text."""
+    table: dict[str, grpc.RpcMethodHandler] = {}
+    for m in pb.DESCRIPTOR.services_by_name["MessagingService"].methods:
+        impl = getattr(service, m.name, None)
+        if impl is None:
+            continue
+        request_type = getattr(pb, m.input_type.name)
+        out = getattr(pb, m.output_type.name).SerializeToString
+        if m.client_streaming:
+            table[m.name] = grpc.stream_stream_rpc_method_handler(
+                _stream_stream(impl, request_type, m.name), response_serializer=out
+            )
+        elif m.server_streaming:
+            table[m.name] = grpc.unary_stream_rpc_method_handler(
+                _unary_stream(impl, request_type, m.name), response_serializer=out
+            )
+        else:
+            table[m.name] = grpc.unary_unary_rpc_method_handler(
+                _unary_unary(impl, request_type, m.name), response_serializer=out
+            )
+    return grpc.method_handlers_generic_handler(SERVICE, table)
+
+
+async def _parse(request_type: Any, raw: bytes, name: str, context: Any) -> Any:
+    try:
+        return request_type.FromString(raw)
+    except DecodeError as e:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{name}: the request is not a valid {request_type.DESCRIPTOR.full_name}: {e}",
+        )
+
+
+async def _failed(name: str, context: Any, e: Exception) -> None:
+    log.exception("proxy: %s failed", name)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{name}: {type(e).__name__}: {e}")
+
+
+def _unary_unary(impl: Any, request_type: Any, name: str) -> Any:
+    async def handle(raw: bytes, context: Any) -> Any:
+        request = await _parse(request_type, raw, name, context)
+        try:
+            return await impl(request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as e:
+            await _failed(name, context, e)
+
+    return handle
+
+
+def _unary_stream(impl: Any, request_type: Any, name: str) -> Any:
+    async def handle(raw: bytes, context: Any) -> AsyncIterator[Any]:
+        request = await _parse(request_type, raw, name, context)
+        try:
+            async for item in impl(request, context):
+                yield item
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as e:
+            await _failed(name, context, e)
+
+    return handle
+
+
+def _stream_stream(impl: Any, request_type: Any, name: str) -> Any:
+    async def handle(raws: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+        async def requests() -> AsyncIterator[Any]:
+            async for raw in raws:
+                yield await _parse(request_type, raw, name, context)
+
+        try:
+            async for item in impl(requests(), context):
+                yield item
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as e:
+            await _failed(name, context, e)
+
+    return handle
+
+
+class GrpcProxy:
+    """`await proxy.start()` listens on config.grpc_server_port (0: any;
+    the port taken is `port`); `await proxy.shutdown()`."""
+
+    def __init__(self, broker: Broker, config: ProxyConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.service = MessagingService(broker, config)
+        self.port = config.grpc_server_port
+        self._server: grpc.aio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_RECEIVE),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers((handlers(self.service),))
+        addr = f"{self.config.listen_host}:{self.config.grpc_server_port}"
+        try:
+            port = server.add_insecure_port(addr)
+        except RuntimeError as e:
+            raise ClientError(f"the gRPC proxy cannot listen on {addr}: {e}") from None
+        if port == 0:
+            raise ClientError(f"the gRPC proxy cannot listen on {addr} (in use?)")
+        self.port = port
+        await server.start()
+        self._server = server
+        self._sweeper = asyncio.get_running_loop().create_task(
+            self._sweep(), name="pyrmq:proxy:sweep"
+        )
+        log.info("proxy: gRPC MessagingService on %s:%d", self.config.listen_host, port)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            self.service.clients.sweep()
+
+    async def shutdown(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace=1.0)
+        self.service.clients.close_all()
