@@ -123,6 +123,8 @@ class StandaloneServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.namesrv = ""
         self.broker = ""
+        #: the gRPC proxy's host:port when started with --enable-proxy
+        self.grpc = ""
         self.starts = 0
 
     def start(self, namesrv_port: int = 0, broker_port: int = 0) -> None:
@@ -172,6 +174,7 @@ class StandaloneServer:
         assert info.get("pid") == self.proc.pid, (info, self.proc.pid)
         self.namesrv = info["namesrv"]
         self.broker = info["broker"]
+        self.grpc = str(info.get("grpc", ""))
         for addr in (self.namesrv, self.broker):
             host, _, port = addr.rpartition(":")
             assert host == "127.0.0.1" and int(port) > 0, info
@@ -272,6 +275,36 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServe
     yield srv
     rc = srv.stop()
     assert rc == 0, f"pyrmq standalone exit status on SIGTERM: {rc}\n{srv.log_tail(60)}"
+
+
+#: proxy_server's broker.conf: a transaction left open for 1 s is asked
+#: about, every second
+PROXY_BROKER_CONF = """\
+transactionTimeOut=1000
+transactionCheckInterval=1000
+"""
+
+
+@pytest.fixture(scope="module")
+def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
+    """A server with the gRPC proxy on (``--enable-proxy``, any free port:
+    ``server.grpc``), one per module, the 5.x SDK installed beforehand."""
+    from tests.interop import sdk5
+
+    work = tmp_path_factory.mktemp("proxy")
+    conf = work / "broker.conf"
+    conf.write_text(PROXY_BROKER_CONF)
+    srv = StandaloneServer(
+        work / "srv",
+        "pyrmq standalone (gRPC proxy)",
+        ("--enable-proxy", "--grpc-port", "0", "-c", str(conf)),
+    )
+    sdk5.sdk_path()  # installed before the server starts, not inside a test's wait
+    srv.start()
+    assert srv.grpc.startswith("127.0.0.1:"), srv.grpc
+    yield srv
+    rc = srv.stop()
+    assert rc == 0, f"exit status on SIGTERM: {rc}\n{srv.log_tail(60)}"
 
 
 @pytest.fixture

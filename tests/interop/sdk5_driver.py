@@ -1,0 +1,144 @@
+"""Drives the official RocketMQ 5.x Python SDK (rocketmq-python-client) in a
+process of its own, for tests/interop/test_sdk5_*.py. Not a test module:
+run as ``python sdk5_driver.py VERB JSON-ARGS`` with the SDK on PYTHONPATH
+(tests/interop/sdk5.py does that). Prints one JSON object per line: what
+was sent, checked or failed. Imports nothing of pyrmq's.
+
+Verbs:
+  send     {endpoint, topic, n, async?, tag?, keys?, props?, group?, delay_s?}
+           -> {"sent": i, "id": message_id, "offset": n, "body": text} each
+  tx       {endpoint, topic, n, resolution: commit|rollback|orphan}
+           -> {"half": i, "id": ..., "tx": transaction_id} each, then the
+           end of each; "orphan" ends none and leaves with os._exit
+  checker  {endpoint, topic, seconds, answer: commit|rollback}
+           -> {"checked": message_id} for each check the broker asks
+  fail     {endpoint, topic, body?, props?} one send expected to fail
+           -> {"error": text}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+
+def out(**kw: object) -> None:
+    print(json.dumps(kw), flush=True)
+
+
+def producer(a: dict, checker=None):  # type: ignore[no-untyped-def]
+    from rocketmq import ClientConfiguration, Credentials, Producer
+
+    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=a.get("timeout", 10))
+    p = Producer(cfg, (a["topic"],), checker) if checker else Producer(cfg, (a["topic"],))
+    p.startup()
+    return p
+
+
+def message(a: dict, i: int, body: str):  # type: ignore[no-untyped-def]
+    from rocketmq import Message
+
+    m = Message()
+    m.topic = a["topic"]
+    m.body = body.encode()
+    if a.get("tag"):
+        m.tag = a["tag"]
+    if a.get("keys"):
+        m.keys = f"{a['keys']}-{i}"
+    for k, v in (a.get("props") or {}).items():
+        m.add_property(k, v)
+    if a.get("group"):
+        m.message_group = a["group"]
+    if a.get("delay_s"):
+        m.delivery_timestamp = int(time.time() + a["delay_s"])
+    return m
+
+
+def send(a: dict) -> None:
+    p = producer(a)
+    try:
+        futures = []
+        for i in range(a["n"]):
+            body = f"{a.get('prefix', 'sdk5')}-{i}"
+            m = message(a, i, body)
+            if a.get("async"):
+                futures.append((i, body, p.send_async(m)))
+                continue
+            r = p.send(m)
+            out(sent=i, id=r.message_id, offset=r.offset, body=body)
+        for i, body, f in futures:
+            r = f.result(timeout=30)
+            out(sent=i, id=r.message_id, offset=r.offset, body=body)
+    finally:
+        p.shutdown()
+
+
+def tx(a: dict) -> None:
+    p = producer(a, checker=_Checker("rollback"))
+    try:
+        txs = []
+        for i in range(a["n"]):
+            t = p.begin_transaction()
+            body = f"{a.get('prefix', 'tx')}-{i}"
+            r = p.send(message(a, i, body), t)
+            out(half=i, id=r.message_id, tx=r.transaction_id, body=body)
+            txs.append((i, t))
+        if a["resolution"] == "orphan":
+            os._exit(0)  # no end, no shutdown: the broker must ask someone else
+        for i, t in txs:
+            t.commit() if a["resolution"] == "commit" else t.rollback()
+            out(ended=i, resolution=a["resolution"])
+    finally:
+        p.shutdown()
+
+
+class _Checker:
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def check(self, msg):  # type: ignore[no-untyped-def]
+        from rocketmq import TransactionResolution
+
+        out(checked=msg.message_id, body=msg.body.decode(errors="replace"))
+        return (
+            TransactionResolution.COMMIT
+            if self.answer == "commit"
+            else TransactionResolution.ROLLBACK
+        )
+
+
+def checker(a: dict) -> None:
+    from rocketmq import TransactionChecker
+
+    class Checker(_Checker, TransactionChecker):
+        pass
+
+    p = producer(a, checker=Checker(a["answer"]))
+    out(ready=True)
+    try:
+        stop = threading.Event()
+        stop.wait(a["seconds"])
+    finally:
+        p.shutdown()
+
+
+def fail(a: dict) -> None:
+    p = producer(a)
+    try:
+        m = message(a, 0, a.get("body", "x"))
+        try:
+            r = p.send(m)
+        except Exception as e:  # the SDK's own exception types
+            out(error=f"{type(e).__name__}: {e}")
+        else:
+            out(unexpected=r.message_id)
+    finally:
+        p.shutdown()
+
+
+if __name__ == "__main__":
+    verb, args = sys.argv[1], json.loads(sys.argv[2])
+    {"send": send, "tx": tx, "checker": checker, "fail": fail}[verb](args)

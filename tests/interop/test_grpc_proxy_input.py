@@ -1,0 +1,231 @@
+"""The gRPC proxy's answers to bad input, from a plain gRPC client built on
+pyrmq's own .proto (no SDK: these requests are ones an SDK would not send).
+Each is a 5.x Status with a message, or a gRPC status for a request that is
+not even the protobuf its RPC takes; the server stays up and stores none of
+them."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from pyrmq.proxy.protocol import SERVICE, pb, set_timestamp_ms
+from tests.interop.conftest import REPO, StandaloneServer
+from tests.interop.cpp import Clients, pull_walk, unique, wait_route
+
+CLIENT = (("x-mq-client-id", "pyrmq-test-client"),)
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def server(proxy_server: StandaloneServer) -> StandaloneServer:
+    return proxy_server
+
+
+@pytest.fixture(scope="module")
+def channel(server: StandaloneServer) -> Iterator[grpc.Channel]:
+    ch = grpc.insecure_channel(server.grpc)
+    yield ch
+    ch.close()
+
+
+def call(channel: grpc.Channel, rpc: str, request: Any, response_type: Any, **kw: Any) -> Any:
+    stub = channel.unary_unary(
+        f"/{SERVICE}/{rpc}",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=response_type.FromString,
+    )
+    return stub(request, timeout=TIMEOUT, metadata=kw.get("metadata", CLIENT))
+
+
+def raw_call(channel: grpc.Channel, rpc: str, data: bytes) -> grpc.RpcError | bytes:
+    stub = channel.unary_unary(f"/{SERVICE}/{rpc}")
+    try:
+        return stub(data, timeout=TIMEOUT, metadata=CLIENT)  # type: ignore[no-any-return]
+    except grpc.RpcError as e:
+        return e
+
+
+@pytest.fixture(scope="module")
+def topics(server: StandaloneServer) -> dict[str, str]:
+    """A NORMAL and a FIFO topic, 2 queues each."""
+    out = {}
+    c = Clients(server.namesrv)
+    try:
+        for kind in ("NORMAL", "FIFO"):
+            name = unique(f"G{kind}")
+            r = subprocess.run(
+                [
+                    sys.executable, "-m", "pyrmq", "admin", "updateTopic",
+                    "-n", server.namesrv, "-b", server.broker, "-t", name,
+                    "-r", "2", "-w", "2", "-a", f"+message.type={kind}",
+                ],
+                cwd=REPO, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert r.returncode == 0, r
+            assert wait_route(c, name, 2) == 2
+            out[kind] = name
+    finally:
+        c.close()
+    return out
+
+
+def message(topic: str, body: bytes = b"hello", **system: Any) -> Any:
+    m = pb.Message(body=body)
+    m.topic.name = topic
+    m.system_properties.message_id = system.pop("message_id", unique("id"))
+    m.system_properties.message_type = system.pop("message_type", pb.NORMAL)
+    for k, v in system.items():
+        setattr(m.system_properties, k, v)
+    return m
+
+
+def send(channel: grpc.Channel, *messages: Any, **kw: Any) -> Any:
+    return call(
+        channel,
+        "SendMessage",
+        pb.SendMessageRequest(messages=messages),
+        pb.SendMessageResponse,
+        **kw,
+    )
+
+
+def test_query_route(channel: grpc.Channel, topics: dict[str, str]) -> None:
+    ep = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1234)])
+    for kind, want in (("NORMAL", pb.NORMAL), ("FIFO", pb.FIFO)):
+        req = pb.QueryRouteRequest(endpoints=ep)
+        req.topic.name = topics[kind]
+        r = call(channel, "QueryRoute", req, pb.QueryRouteResponse)
+        assert r.status.code == pb.Code.OK, r.status
+        assert [q.id for q in r.message_queues] == [0, 1]
+        for q in r.message_queues:
+            assert q.permission == pb.READ_WRITE
+            assert list(q.accept_message_types) == [want]
+            assert q.broker.endpoints == ep, "clients are routed back to the address they used"
+    missing = pb.QueryRouteRequest(endpoints=ep)
+    missing.topic.name = unique("Missing")
+    r = call(channel, "QueryRoute", missing, pb.QueryRouteResponse)
+    assert r.status.code == pb.Code.TOPIC_NOT_FOUND and missing.topic.name in r.status.message
+    no_endpoints = pb.QueryRouteRequest()
+    no_endpoints.topic.name = topics["NORMAL"]
+    r = call(channel, "QueryRoute", no_endpoints, pb.QueryRouteResponse)
+    assert r.status.code == pb.Code.ILLEGAL_ACCESS_POINT
+
+
+def test_bad_sends_get_the_proxys_codes(
+    server: StandaloneServer, channel: grpc.Channel, topics: dict[str, str]
+) -> None:
+    normal, fifo = topics["NORMAL"], topics["FIFO"]
+    far = message(normal)
+    ten_years = 10 * 365 * 86400_000
+    set_timestamp_ms(far.system_properties.delivery_timestamp, int(time.time() * 1000) + ten_years)
+    reserved = message(normal)
+    reserved.user_properties["UNIQ_KEY"] = "mine"
+    control = message(normal)
+    control.user_properties["k"] = "a\x01b"
+    cases = [
+        ((message(normal, b""),), pb.Code.MESSAGE_BODY_EMPTY),
+        ((message(normal, b"x" * (4 * 1024 * 1024 + 1)),), pb.Code.MESSAGE_BODY_TOO_LARGE),
+        ((reserved,), pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        ((control,), pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        ((message(normal, message_id=" "),), pb.Code.ILLEGAL_MESSAGE_ID),
+        ((message(normal, tag="a|b"),), pb.Code.ILLEGAL_MESSAGE_TAG),
+        ((message(normal, tag=" "),), pb.Code.ILLEGAL_MESSAGE_TAG),
+        ((far,), pb.Code.ILLEGAL_DELIVERY_TIME),
+        ((message(normal, message_type=pb.FIFO, message_group="g"),),
+         pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ((message(fifo, message_type=pb.FIFO, message_group="g" * 100),),
+         pb.Code.ILLEGAL_MESSAGE_GROUP),
+        ((message(normal), message(fifo)), pb.Code.MESSAGE_CORRUPTED),
+        ((), pb.Code.MESSAGE_CORRUPTED),
+        ((message(unique("Missing")),), pb.Code.TOPIC_NOT_FOUND),
+        ((message(""),), pb.Code.ILLEGAL_TOPIC),
+    ]  # fmt: skip
+    for msgs, code in cases:
+        r = send(channel, *msgs)
+        assert r.status.code == code, (pb.Code.Name(code), r.status)
+        assert r.status.message, "every refusal says why"
+    r = send(channel, message(normal), metadata=())
+    assert r.status.code == pb.Code.CLIENT_ID_REQUIRED
+    ok = send(channel, message(normal, b"the only good one"))
+    assert ok.status.code == pb.Code.OK and ok.entries[0].message_id
+    c = Clients(server.namesrv)
+    try:
+        stored = pull_walk(c.pull_consumer(), normal, timeout=TIMEOUT)
+    finally:
+        c.close()
+    assert [m.body for m in stored] == [b"the only good one"], "no refused send was stored"
+
+
+def test_end_transaction_with_an_id_the_proxy_never_gave(
+    channel: grpc.Channel, topics: dict[str, str]
+) -> None:
+    req = pb.EndTransactionRequest(message_id="x", transaction_id="nonsense", resolution=pb.COMMIT)
+    req.topic.name = topics["NORMAL"]
+    r = call(channel, "EndTransaction", req, pb.EndTransactionResponse)
+    assert r.status.code == pb.Code.INVALID_TRANSACTION_ID, r.status
+    req.transaction_id = "10-0-00000000000000000000000000000000"
+    r = call(channel, "EndTransaction", req, pb.EndTransactionResponse)
+    assert r.status.code != pb.Code.OK and r.status.message, r.status
+
+
+def test_malformed_protobufs_and_unknown_rpcs(channel: grpc.Channel) -> None:
+    e = raw_call(channel, "SendMessage", b"\x0a\xff\xff\xff\xff\x0f")
+    assert isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+    assert "SendMessageRequest" in (e.details() or "")
+    e = raw_call(channel, "NoSuchRpc", b"")
+    assert isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.UNIMPLEMENTED, e
+
+
+def test_fuzzed_requests_leave_the_server_serving(
+    server: StandaloneServer, channel: grpc.Channel, topics: dict[str, str]
+) -> None:
+    """Byte mutations of valid requests to every unary RPC: each answer is a
+    response or a gRPC status (never a hang or a dead server); then a valid
+    send still works."""
+    rng = random.Random(1919)
+    seeds = {
+        "SendMessage": pb.SendMessageRequest(messages=[message(topics["NORMAL"])]),
+        "QueryRoute": pb.QueryRouteRequest(
+            topic=pb.Resource(name=topics["FIFO"]),
+            endpoints=pb.Endpoints(addresses=[pb.Address(host="h", port=1)]),
+        ),
+        "Heartbeat": pb.HeartbeatRequest(client_type=pb.PRODUCER),
+        "EndTransaction": pb.EndTransactionRequest(
+            topic=pb.Resource(name=topics["NORMAL"]), transaction_id="1-2-3", resolution=pb.COMMIT
+        ),
+        "AckMessage": pb.AckMessageRequest(group=pb.Resource(name="g")),
+        "NotifyClientTermination": pb.NotifyClientTerminationRequest(),
+    }
+    answered = 0
+    for i in range(600):
+        rpc, seed = rng.choice(sorted(seeds.items()))
+        data = bytearray(seed.SerializeToString())
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            if op == 0 and data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            elif op == 1:
+                data.insert(rng.randrange(len(data) + 1), rng.randrange(256))
+            elif data:
+                del data[rng.randrange(len(data))]
+        got = raw_call(channel, rpc, bytes(data))
+        if isinstance(got, grpc.RpcError):
+            assert got.code() in (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.INTERNAL,
+            ), (i, rpc, got)
+            assert got.code() != grpc.StatusCode.INTERNAL, (i, rpc, got.details())
+        answered += 1
+    assert answered == 600
+    ok = send(channel, message(topics["NORMAL"], b"after the fuzz"))
+    assert ok.status.code == pb.Code.OK, ok.status
+    assert server.proc is not None and server.proc.poll() is None
+    assert "Traceback" not in server.log_tail(2000)
