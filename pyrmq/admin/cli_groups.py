@@ -59,6 +59,8 @@ _SUB_GROUP_OPTIONS = (
     ("-i", "brokerId", "brokerId", int),
     ("-w", "whichBrokerWhenConsumeSlowly", "whichBrokerWhenConsumeSlowly", int),
     ("-a", "notifyConsumerIdsChanged", "notifyConsumerIdsChangedEnable", parse_bool),
+    # RocketMQ 5: a FIFO group (POP consumers get a queue's messages in order)
+    ("-o", "consumeMessageOrderly", "consumeMessageOrderly", parse_bool),
 )
 
 

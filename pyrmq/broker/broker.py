@@ -20,6 +20,7 @@ from pyrmq.broker.ha.roles import BrokerRoles
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.metrics import BrokerMetrics
 from pyrmq.broker.offset_manager import ConsumerOffsetManager
+from pyrmq.broker.pop import PopService
 from pyrmq.broker.processor.acl import AclAdminProcessor
 from pyrmq.broker.processor.admin import AdminBrokerProcessor
 from pyrmq.broker.processor.admin_groups import AdminGroupProcessor
@@ -314,6 +315,14 @@ class Broker:
             broker_name=cfg.broker_name,
             broker_addr=lambda: self.addr,
         )
+        self.pop = PopService(
+            store,
+            self.topics,
+            self.offsets,
+            self.groups,
+            broker_name=cfg.broker_name,
+            cluster=cfg.broker_cluster_name,
+        )
         self.schedule = ScheduleMessageService(
             store,
             cfg.delay_levels_ms,
@@ -394,6 +403,7 @@ class Broker:
         else:
             await self.schedule.start()
             await self.start_transactions()
+            await self.pop.start()
         await server.start(sock=sock)
         if self.metrics is not None:
             self.metrics.attach()
@@ -616,6 +626,7 @@ class Broker:
             "heldPulls": self.pull_processor.held_count,
             "scheduleMessageDelivered": self.schedule.delivered,
             **self.transaction_check.status(),
+            **self.pop.status(),
             "duplicatesDetected": self.dedup.duplicates if self.dedup else 0,
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
@@ -655,6 +666,7 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.shutdown()
         if hasattr(self, "schedule"):
+            await self.pop.shutdown()
             await self.schedule.shutdown()
             await self.transaction_check.shutdown()
             self.transactions.stop()
