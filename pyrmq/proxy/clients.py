@@ -176,8 +176,26 @@ class ClientRegistry:
             policy.exponential_backoff.multiplier = 2.0
             out.publishing.max_body_size = self.config.max_message_size
             out.publishing.validate_message_type = self.config.topic_message_type_check
+        elif settings.client_type in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER):
+            self._consumer_settings(out)
         out.metric.on = False
         return pb.TelemetryCommand(status=status(OK), settings=out)
+
+    def _consumer_settings(self, out: Any) -> None:
+        """A consumer's: its group's retry policy (retryMaxTimes + 1
+        attempts, a second doubling up to a minute between them), whether it
+        is a FIFO group (consumeMessageOrderly), and RocketMQ 5's receive
+        batch and long polling defaults."""
+        sub = out.subscription
+        sgc = self.broker.groups.find(sub.group.name) if sub.group.name else None
+        policy = out.backoff_policy
+        policy.max_attempts = (sgc.retry_max_times if sgc is not None else 16) + 1
+        set_duration_ms(policy.exponential_backoff.initial, 1000)
+        set_duration_ms(policy.exponential_backoff.max, 60_000)
+        policy.exponential_backoff.multiplier = 2.0
+        sub.fifo = sgc is not None and self.broker.pop.orderly(sgc.group_name)
+        sub.receive_batch_size = 32
+        set_duration_ms(sub.long_polling_timeout, 20_000)
 
 
 def _peer(context: Any) -> str:

@@ -23,6 +23,7 @@ from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from pyrmq.proxy.channel import ChannelClosed
 from pyrmq.proxy.clients import ClientRegistry, GrpcClient
 from pyrmq.proxy.config import ProxyConfig
+from pyrmq.proxy.consumer import ConsumerRpcs
 from pyrmq.proxy.convert import outgoing, parse_transaction_id, send_header, transaction_id
 from pyrmq.proxy.errors import ProxyError
 from pyrmq.proxy.protocol import OK, pb, status
@@ -66,8 +67,9 @@ def accept_types(tc: TopicConfig) -> list[int]:
     return _MESSAGE_TYPES.get(tc.message_type, [pb.MESSAGE_TYPE_UNSPECIFIED])
 
 
-class MessagingService:
-    """One method per RPC, by its name (server.handlers maps them)."""
+class MessagingService(ConsumerRpcs):
+    """One method per RPC, by its name (server.handlers maps them); the
+    consuming ones are in consumer.py."""
 
     def __init__(self, broker: Broker, config: ProxyConfig) -> None:
         self.broker = broker
@@ -277,27 +279,6 @@ class MessagingService:
 
     async def _not_implemented(self, response_type: Any, what: str) -> Any:
         return response_type(status=status(pb.Code.NOT_IMPLEMENTED, f"{what} is not served yet"))
-
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(pb.QueryAssignmentResponse, "QueryAssignment")
-
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield pb.ReceiveMessageResponse(
-            status=status(pb.Code.NOT_IMPLEMENTED, "ReceiveMessage (POP) is not served yet")
-        )
-
-    async def AckMessage(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(pb.AckMessageResponse, "AckMessage")
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(
-            pb.ChangeInvisibleDurationResponse, "ChangeInvisibleDuration"
-        )
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(
-            pb.ForwardMessageToDeadLetterQueueResponse, "ForwardMessageToDeadLetterQueue"
-        )
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         yield pb.PullMessageResponse(
