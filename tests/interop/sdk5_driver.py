@@ -14,6 +14,17 @@ Verbs:
            -> {"checked": message_id} for each check the broker asks
   fail     {endpoint, topic, body?, props?} one send expected to fail
            -> {"error": text}
+  simple   {endpoint, topic, group, want, seconds, invisible_s, expr?, sql?,
+           mode: ack|noack|change|change-noack, change_s?, batch?}
+           SimpleConsumer receives until `want` messages were seen (or
+           `seconds`); ack: acks each; noack: never acks; change: changes
+           each one's invisible time to change_s, then acks it (change-noack: not)
+           -> {"recv": body, "id", "attempt", "topic", "tag", "t"} each,
+           {"acked": id} / {"changed": id}, and {"error": text} on failures
+  push     {endpoint, topic, group, want, seconds, fail_first?, expr?}
+           PushConsumer; the listener answers FAILURE to a message's first
+           `fail_first` deliveries, then SUCCESS
+           -> {"recv": body, "id", "attempt", "t"} each delivery
 """
 
 from __future__ import annotations
@@ -24,9 +35,14 @@ import sys
 import threading
 import time
 
+_OUT = threading.Lock()
+
 
 def out(**kw: object) -> None:
-    print(json.dumps(kw), flush=True)
+    """One JSON line (the SDK's callback threads print too: one at a time)."""
+    line = json.dumps(kw)
+    with _OUT:
+        print(line, flush=True)
 
 
 def producer(a: dict, checker=None):  # type: ignore[no-untyped-def]
@@ -139,6 +155,95 @@ def fail(a: dict) -> None:
         p.shutdown()
 
 
+def _subscription(a: dict):  # type: ignore[no-untyped-def]
+    from rocketmq import FilterExpression
+    from rocketmq.grpc_protocol import FilterType
+
+    if a.get("sql"):
+        return {a["topic"]: FilterExpression(a["sql"], FilterType.SQL)}
+    return {a["topic"]: FilterExpression(a.get("expr", "*"))}
+
+
+def _seen(m, **extra: object) -> None:  # type: ignore[no-untyped-def]
+    out(
+        recv=m.body.decode(errors="replace"),
+        id=m.message_id,
+        attempt=m.delivery_attempt,
+        topic=m.topic,
+        tag=m.tag,
+        t=time.time(),
+        **extra,
+    )
+
+
+def simple(a: dict) -> None:
+    from rocketmq import ClientConfiguration, Credentials, SimpleConsumer
+
+    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=10)
+    c = SimpleConsumer(cfg, a["group"], _subscription(a), await_duration=a.get("await_s", 2))
+    c.startup()
+    out(ready=True)
+    seen = 0
+    deadline = time.time() + a["seconds"]
+    try:
+        while seen < a["want"] and time.time() < deadline:
+            try:
+                msgs = c.receive(a.get("batch", 16), a["invisible_s"])
+            except Exception as e:
+                out(error=f"receive: {type(e).__name__}: {e}")
+                time.sleep(0.2)
+                continue
+            for m in msgs:
+                seen += 1
+                _seen(m)
+                try:
+                    if a["mode"] in ("change", "change-noack"):
+                        c.change_invisible_duration(m, a["change_s"])
+                        out(changed=m.message_id, t=time.time())
+                    if a["mode"] in ("ack", "change"):
+                        c.ack(m)
+                        out(acked=m.message_id)
+                except Exception as e:
+                    out(error=f"{a['mode']}: {type(e).__name__}: {e}")
+    finally:
+        c.shutdown()
+
+
+def push(a: dict) -> None:
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        MessageListener,
+        PushConsumer,
+    )
+
+    fail_first = a.get("fail_first", 0)
+    seen = threading.Semaphore(0)
+
+    class Listener(MessageListener):
+        def consume(self, message):  # type: ignore[no-untyped-def]
+            ok = message.delivery_attempt > fail_first
+            _seen(message, ok=ok)
+            if ok:
+                seen.release()
+            return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
+
+    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=10)
+    c = PushConsumer(cfg, a["group"], Listener(), _subscription(a))
+    c.startup()
+    out(ready=True)
+    deadline = time.time() + a["seconds"]
+    try:
+        for _ in range(a["want"]):
+            if not seen.acquire(timeout=max(deadline - time.time(), 0.01)):
+                break
+    finally:
+        c.shutdown()
+
+
 if __name__ == "__main__":
     verb, args = sys.argv[1], json.loads(sys.argv[2])
-    {"send": send, "tx": tx, "checker": checker, "fail": fail}[verb](args)
+    verbs = {"send": send, "tx": tx, "checker": checker, "fail": fail}
+    verbs |= {"simple": simple, "push": push}
+    verbs[verb](args)

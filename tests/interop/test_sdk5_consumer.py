@@ -1,0 +1,244 @@
+"""The official 5.x SDK consuming through the proxy (POP: the broker's
+PopService): SimpleConsumer receive and ack, redelivery after the invisible
+duration, change_invisible_duration, max attempts into the DLQ, the
+PushConsumer with retries, tag and SQL92 filters, FIFO groups in order,
+4.x-sent messages received over gRPC, and what is out surviving a broker
+crash. Every test compares the sets sent and received."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.interop import sdk5
+from tests.interop.conftest import REPO, StandaloneServer
+from tests.interop.cpp import Clients, make_message, pull_walk, unique, wait_route
+
+WAIT = 60.0
+QUEUES = 4
+
+
+@pytest.fixture(scope="module")
+def server(proxy_server: StandaloneServer) -> StandaloneServer:
+    return proxy_server
+
+
+@pytest.fixture
+def clients(server: StandaloneServer) -> Iterator[Clients]:
+    c = Clients(server.namesrv)
+    yield c
+    c.close()
+
+
+def admin(server: StandaloneServer, *args: str) -> None:
+    cmd = [sys.executable, "-m", "pyrmq", "admin", *args, "-n", server.namesrv]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r
+
+
+def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "NORMAL") -> str:
+    name = unique("C5")
+    admin(server, "updateTopic", "-b", server.broker, "-t", name, "-r", str(QUEUES),
+          "-w", str(QUEUES), "-a", f"+message.type={message_type}")  # fmt: skip
+    assert wait_route(clients, name, QUEUES) == QUEUES
+    return name
+
+
+def make_group(server: StandaloneServer, *settings: str) -> str:
+    name = unique("GID5")
+    admin(server, "updateSubGroup", "-b", server.broker, "-g", name, *settings)
+    return name
+
+
+def send(server: StandaloneServer, topic: str, n: int, **kw: Any) -> list[dict[str, Any]]:
+    sent = sdk5.run("send", endpoint=server.grpc, topic=topic, n=n, **kw)
+    assert len(sent) == n, sent
+    return sent
+
+
+def consume(server: StandaloneServer, verb: str, **kw: Any) -> list[dict[str, Any]]:
+    kw.setdefault("seconds", WAIT)
+    return sdk5.run(verb, timeout=kw["seconds"] + 60, endpoint=server.grpc, **kw)
+
+
+def received(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in out if "recv" in o]
+
+
+def test_simple_consumer_receives_and_acks(server: StandaloneServer, clients: Clients) -> None:
+    topic, group = make_topic(server, clients), make_group(server)
+    sent = send(server, topic, 30, tag="TagA", props={"color": "blue"})
+    out = consume(server, "simple", topic=topic, group=group, want=30, invisible_s=20, mode="ack")
+    got = received(out)
+    assert sorted(o["recv"] for o in got) == sorted(s["body"] for s in sent)
+    assert {o["id"] for o in got} == {s["id"] for s in sent}
+    assert all(o["attempt"] == 1 and o["topic"] == topic and o["tag"] == "TagA" for o in got)
+    assert len([o for o in out if "acked" in o]) == 30, [o for o in out if "error" in o]
+    # acked: nothing comes back, even after the invisible time
+    again = consume(server, "simple", topic=topic, group=group, want=1, seconds=4.0,
+                    invisible_s=1, mode="ack")  # fmt: skip
+    assert received(again) == []
+
+
+def test_an_unacked_message_comes_back_after_its_invisible_time(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    topic, group = make_topic(server, clients), make_group(server)
+    sent = send(server, topic, 3)
+    out = consume(server, "simple", topic=topic, group=group, want=6, invisible_s=2, mode="noack")
+    by_body = collections.defaultdict(list)
+    for o in received(out):
+        by_body[o["recv"]].append(o)
+    assert sorted(by_body) == sorted(s["body"] for s in sent)
+    for body, seen in by_body.items():
+        assert [o["attempt"] for o in seen][:2] == [1, 2], (body, seen)
+        assert seen[1]["t"] - seen[0]["t"] >= 2.0 - 0.05, ("delivered again early", seen)
+        assert seen[0]["id"] == seen[1]["id"], "the same message id on redelivery"
+
+
+def test_change_invisible_duration(server: StandaloneServer, clients: Clients) -> None:
+    topic, group = make_topic(server, clients), make_group(server)
+    (first,) = send(server, topic, 1, prefix="longer")
+    out = consume(server, "simple", topic=topic, group=group, want=2, invisible_s=2,
+                  mode="change-noack", change_s=6)  # fmt: skip
+    seen = received(out)
+    changed = [o for o in out if "changed" in o]
+    assert [o["recv"] for o in seen] == [first["body"]] * 2, out
+    assert changed, out
+    assert seen[1]["t"] - changed[0]["t"] >= 6.0 - 0.05, ("the new invisible time held", out)
+    # changed, then acked with the new handle: done
+    topic2, group2 = make_topic(server, clients), make_group(server)
+    send(server, topic2, 2)
+    out = consume(server, "simple", topic=topic2, group=group2, want=2, invisible_s=2,
+                  mode="change", change_s=3)  # fmt: skip
+    assert len([o for o in out if "acked" in o]) == 2, out
+    again = consume(server, "simple", topic=topic2, group=group2, want=1, seconds=6.0,
+                    invisible_s=1, mode="ack")  # fmt: skip
+    assert received(again) == []
+
+
+def test_past_max_attempts_a_message_goes_to_the_dlq(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    topic, group = make_topic(server, clients), make_group(server, "-r", "1")
+    (sent,) = send(server, topic, 1, prefix="doomed")
+    out = consume(server, "simple", topic=topic, group=group, want=2, invisible_s=1, mode="noack")
+    assert [o["attempt"] for o in received(out)] == [1, 2], out
+    dlq = f"%DLQ%{group}"
+    deadline = time.monotonic() + WAIT
+    got: list[Any] = []
+    while time.monotonic() < deadline and not got:
+        time.sleep(0.5)
+        if wait_route(clients, dlq, timeout=1.0):
+            got = pull_walk(clients.pull_consumer(), dlq, timeout=WAIT)
+    assert [r.body.decode() for r in got] == [sent["body"]]
+    assert got[0].msg_id == sent["id"]
+    later = consume(server, "simple", topic=topic, group=group, want=1, seconds=3.0,
+                    invisible_s=1, mode="ack")  # fmt: skip
+    assert received(later) == [], "a dead-lettered message is not delivered again"
+
+
+def test_push_consumer_retries_a_failed_message(server: StandaloneServer, clients: Clients) -> None:
+    topic, group = make_topic(server, clients), make_group(server)
+    sent = send(server, topic, 10)
+    out = consume(server, "push", topic=topic, group=group, want=10, fail_first=1)
+    ok = [o for o in received(out) if o["ok"]]
+    assert sorted(o["recv"] for o in ok) == sorted(s["body"] for s in sent), out
+    assert all(o["attempt"] == 2 for o in ok), "each succeeded on its second delivery"
+
+
+def test_tag_and_sql92_filters(server: StandaloneServer, clients: Clients) -> None:
+    topic = make_topic(server, clients)
+    a_blue = send(server, topic, 5, tag="TagA", props={"color": "blue"}, prefix="a-blue")
+    a_red = send(server, topic, 5, tag="TagA", props={"color": "red"}, prefix="a-red")
+    b_blue = send(server, topic, 5, tag="TagB", props={"color": "blue"}, prefix="b-blue")
+    tagged = consume(server, "simple", topic=topic, group=make_group(server), want=10,
+                     invisible_s=20, mode="ack", expr="TagA")  # fmt: skip
+    assert sorted(o["recv"] for o in received(tagged)) == sorted(s["body"] for s in a_blue + a_red)
+    blue = consume(server, "simple", topic=topic, group=make_group(server), want=10,
+                   invisible_s=20, mode="ack", sql="color = 'blue'")  # fmt: skip
+    assert sorted(o["recv"] for o in received(blue)) == sorted(s["body"] for s in a_blue + b_blue)
+    # nothing else comes later
+    more = consume(server, "simple", topic=topic, group=make_group(server), want=11,
+                   seconds=6.0, invisible_s=20, mode="ack", expr="TagB")  # fmt: skip
+    assert sorted(o["recv"] for o in received(more)) == sorted(s["body"] for s in b_blue)
+
+
+def test_fifo_groups_deliver_each_message_group_in_order(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    topic = make_topic(server, clients, "FIFO")
+    group = make_group(server, "-o", "true")
+    sent = []
+    for g in ("alpha", "beta", "gamma"):
+        sent += send(server, topic, 10, group=g, prefix=g)
+    out = consume(server, "push", topic=topic, group=group, want=30)
+    got = [o["recv"] for o in received(out) if o["ok"]]
+    assert sorted(got) == sorted(s["body"] for s in sent)
+    for g in ("alpha", "beta", "gamma"):
+        mine = [b for b in got if b.startswith(g)]
+        assert mine == [f"{g}-{i}" for i in range(10)], (g, mine)
+
+
+def test_a_fifo_message_not_acked_blocks_its_queue_until_redelivered(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    topic = make_topic(server, clients, "FIFO")
+    group = make_group(server, "-o", "true")
+    send(server, topic, 3, group="solo", prefix="solo")
+    out = consume(server, "simple", topic=topic, group=group, want=6, invisible_s=2,
+                  mode="noack", batch=1)  # fmt: skip
+    got = [o["recv"] for o in received(out)]
+    # the first is redelivered before the second is ever handed out
+    assert got[:2] == ["solo-0", "solo-0"], got
+
+
+def test_messages_sent_by_the_4x_client_are_received_over_grpc(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    topic = make_topic(server, clients)
+    producer = clients.producer()
+    bodies = []
+    for i in range(10):
+        body = f"from-cpp-{i}"
+        r = producer.send_sync(make_message(topic, body, tags="TagC", keys=f"k{i}"))
+        assert r.status == 0
+        bodies.append(body)
+    out = consume(server, "simple", topic=topic, group=make_group(server), want=10,
+                  invisible_s=20, mode="ack")  # fmt: skip
+    got = received(out)
+    assert sorted(o["recv"] for o in got) == sorted(bodies)
+    assert all(o["tag"] == "TagC" for o in got)
+
+
+def test_what_is_out_survives_a_broker_crash(make_server: Any, tmp_path: Any) -> None:
+    """Acked messages stay acked and messages out (popped, not acked) come
+    back after their invisible time, across a SIGKILL of the broker."""
+    conf = tmp_path / "crash.conf"
+    conf.write_text("flushConsumerOffsetInterval=500\n")
+    srv = make_server("--enable-proxy", "--grpc-port", "0", "-c", str(conf))
+    c = Clients(srv.namesrv)
+    try:
+        topic, group = make_topic(srv, c), make_group(srv)
+        sent = send(srv, topic, 20)
+        acked = received(consume(srv, "simple", topic=topic, group=group, want=10, batch=1,
+                                 invisible_s=30, mode="ack"))  # fmt: skip
+        out = received(consume(srv, "simple", topic=topic, group=group, want=10,
+                               invisible_s=6, mode="noack"))  # fmt: skip
+        assert len(acked) == 10 and len(out) == 10
+        assert {o["recv"] for o in acked} | {o["recv"] for o in out} == {s["body"] for s in sent}
+        time.sleep(2.0)  # past flushConsumerOffsetInterval: the offsets are on disk
+    finally:
+        c.close()
+    srv.restart(crash=True)
+    again = consume(srv, "simple", topic=topic, group=group, want=11, seconds=25.0,
+                    invisible_s=30, mode="ack")  # fmt: skip
+    got = received(again)
+    assert sorted(o["recv"] for o in got) == sorted(o["recv"] for o in out), again
+    assert all(o["attempt"] == 2 for o in got)
