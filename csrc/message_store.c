@@ -600,8 +600,10 @@ static char *join(const char *a, const char *b) {
 }
 
 static int is_known_entry(const char *name) {
-    static const char *known[] = {"commitlog", "consumequeue", "index", "checkpoint",
-                                  "abort",     "lock",         "config", NULL};
+    /* timerwheel: the broker's timer (pyrmq/broker/timer.py) */
+    static const char *known[] = {"commitlog", "consumequeue", "index",      "checkpoint",
+                                  "abort",     "lock",         "config",     "timerwheel",
+                                  NULL};
     for (int i = 0; known[i]; i++)
         if (strcmp(name, known[i]) == 0) return 1;
     return 0;

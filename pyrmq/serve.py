@@ -141,6 +141,7 @@ async def _local_proxy(broker: Broker) -> AsyncIterator[dict[str, str]]:
             grpc_server_port=cfg.grpc_server_port,
             listen_host=cfg.listen_host,
             max_message_size=broker.store_config.max_message_size,
+            max_delay_ms=cfg.timer_max_delay_sec * 1000,
         ),
     )
     await proxy.start()

@@ -39,6 +39,7 @@ from pyrmq.broker.stats import (
     BrokerStatsManager,
 )
 from pyrmq.broker.subscription_group import SubscriptionGroupManager
+from pyrmq.broker.timer import TIMER_TOPIC, TimerMessageService
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfigManager
 from pyrmq.broker.transaction import (
     EndTransactionProcessor,
@@ -256,6 +257,7 @@ class Broker:
             ha=self.ha,
             transactions=None if cfg.reject_transaction_message else self.transactions,
             dedup=self.dedup,
+            timer_max_delay_ms=cfg.timer_max_delay_sec * 1000 if cfg.timer_wheel_enable else None,
         )
         self.pull_processor = PullMessageProcessor(
             store,
@@ -323,6 +325,8 @@ class Broker:
             broker_name=cfg.broker_name,
             cluster=cfg.broker_cluster_name,
         )
+        self.timer = TimerMessageService(store, root)
+        self.topics.create_system_group_topic(TIMER_TOPIC, 1, PERM_READ | PERM_WRITE)
         self.schedule = ScheduleMessageService(
             store,
             cfg.delay_levels_ms,
@@ -404,6 +408,7 @@ class Broker:
             await self.schedule.start()
             await self.start_transactions()
             await self.pop.start()
+            await self.timer.start()
         await server.start(sock=sock)
         if self.metrics is not None:
             self.metrics.attach()
@@ -627,6 +632,7 @@ class Broker:
             "scheduleMessageDelivered": self.schedule.delivered,
             **self.transaction_check.status(),
             **self.pop.status(),
+            "timerDelivered": self.timer.delivered,
             "duplicatesDetected": self.dedup.duplicates if self.dedup else 0,
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
@@ -667,6 +673,7 @@ class Broker:
             await self.metrics.shutdown()
         if hasattr(self, "schedule"):
             await self.pop.shutdown()
+            await self.timer.shutdown()
             await self.schedule.shutdown()
             await self.transaction_check.shutdown()
             self.transactions.stop()

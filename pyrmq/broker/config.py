@@ -177,6 +177,11 @@ class BrokerConfig:
     metrics_label_value_limit: int = DEFAULT_LABEL_VALUE_LIMIT
     #: pyrmq: rocketmq_rpc_latency times one request in this many (1: all)
     metrics_rpc_latency_sample_every: int = DEFAULT_RPC_LATENCY_SAMPLE_EVERY
+    #: RocketMQ 5's timer (pyrmq/broker/timer.py): messages with a delivery
+    #: time (5.x delivery_timestamp, TIMER_DELIVER_MS, TIMER_DELAY_SEC) are
+    #: held until then, at most timerMaxDelaySec ahead
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 24 * 3600
     #: RocketMQ 5's proxy in local mode (mqbroker --enable-proxy): the gRPC
     #: endpoint of the 5.x SDKs inside this broker, on grpcServerPort
     #: (0: any free port; pyrmq/proxy)

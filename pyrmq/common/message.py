@@ -196,6 +196,24 @@ class Message:
             self.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
 
     @property
+    def deliver_time_ms(self) -> int:
+        """When a timed message is due, ms since the epoch (0: not timed):
+        RocketMQ 5's Message.setDeliverTimeMs, the TIMER_DELIVER_MS
+        property; the broker holds it until then (timerMaxDelaySec ahead at
+        most)."""
+        v = self.properties.get(PROPERTY_TIMER_DELIVER_MS)
+        return int(v) if v and v.isdigit() else 0
+
+    @deliver_time_ms.setter
+    def deliver_time_ms(self, ms: int) -> None:
+        if ms < 0:
+            raise ValueError(f"deliver_time_ms must be ms since the epoch (0: none), not {ms}")
+        if ms:
+            self.properties[PROPERTY_TIMER_DELIVER_MS] = str(int(ms))
+        else:
+            self.properties.pop(PROPERTY_TIMER_DELIVER_MS, None)
+
+    @property
     def unique_key(self) -> str | None:
         """The client-made message id (UNIQ_KEY), set when the message is sent."""
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)

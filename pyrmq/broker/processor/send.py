@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
 from pyrmq.broker.stats import BrokerStatsManager
 from pyrmq.broker.subscription_group import SubscriptionGroupManager
+from pyrmq.broker.timer import TIMER_TOPIC
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigManager
 from pyrmq.broker.transaction.service import TransactionalMessageService
 from pyrmq.common.errors import (
@@ -129,8 +131,12 @@ class SendMessageProcessor:
         ha: HAService | None = None,
         transactions: TransactionalMessageService | None = None,
         dedup: DuplicateDetector | None = None,
+        timer_max_delay_ms: int | None = None,
     ) -> None:
         self.store = store
+        #: timerWheelEnable and timerMaxDelaySec: timed messages (5.x
+        #: delivery timestamps) go to the timer (None: stored as they are)
+        self.timer_max_delay_ms = timer_max_delay_ms
         self.topics = topics
         self.delay_levels = delay_levels
         self.max_reconsume_times = max_reconsume_times
@@ -249,7 +255,16 @@ class SendMessageProcessor:
             # the answer names the queue the client sent to, as Java's does,
             # even when a delay parks the message in SCHEDULE_TOPIC_XXXX
             reply_queue_id = queue_id
-            if "DELAY\x01" in props and not sysflag & _TX_MASK:
+            if (
+                ("TIMER_DELIVER_MS\x01" in props or "TIMER_DELAY_SEC\x01" in props)
+                and not sysflag & _TX_MASK
+                and self.timer_max_delay_ms is not None
+            ):
+                timed = self._timed(topic, queue_id, props, self.timer_max_delay_ms)
+                if timed is not None:
+                    topic, queue_id, props = timed
+                    message_type = "delay"
+            elif "DELAY\x01" in props and not sysflag & _TX_MASK:
                 topic, queue_id, props = self._scheduled(topic, queue_id, props)
                 message_type = "delay"
             if self.dedup is not None:
@@ -600,6 +615,36 @@ class SendMessageProcessor:
         p["REAL_TOPIC"] = topic
         p["REAL_QID"] = str(queue_id)
         return SCHEDULE_TOPIC, level - 1, rmqcore.encode_properties(p).decode()
+
+    @staticmethod
+    def _timed(
+        topic: str, queue_id: int, props: str, max_delay_ms: int
+    ) -> tuple[str, int, str] | None:
+        """Divert a timed message (TIMER_DELIVER_MS, or TIMER_DELAY_SEC from
+        now) to the timer's topic; None when it is due already."""
+        p = rmqcore.decode_properties(props)
+        now = int(time.time() * 1000)
+        try:
+            if "TIMER_DELIVER_MS" in p:
+                due = int(p["TIMER_DELIVER_MS"])
+            else:
+                due = now + int(p["TIMER_DELAY_SEC"]) * 1000
+        except ValueError:
+            raise MessageIllegalError(
+                "TIMER_DELIVER_MS and TIMER_DELAY_SEC must be integers (ms since the epoch, s)"
+            ) from None
+        if due - now > max_delay_ms:
+            raise MessageIllegalError(
+                f"timer message is due in {(due - now) // 1000} s, beyond timerMaxDelaySec "
+                f"({max_delay_ms // 1000} s)"
+            )
+        if due <= now:
+            return None
+        p["TIMER_DELIVER_MS"] = str(due)
+        p.pop("TIMER_DELAY_SEC", None)
+        p["REAL_TOPIC"] = topic
+        p["REAL_QID"] = str(queue_id)
+        return TIMER_TOPIC, 0, rmqcore.encode_properties(p).decode()
 
     def _ensure_dlq(self, group: str) -> TopicConfig:
         return self.topics.create_system_group_topic(dlq_topic(group), 1, PERM_READ | PERM_WRITE)
