@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from pyrmq.broker.pop import InvalidReceiptHandle, PopService
-from pyrmq.broker.subscription_group import SubscriptionGroupConfig
+from pyrmq.broker.subscription_group import SubscriptionGroupConfig, check_group_name
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from pyrmq.common.errors import BrokerError
 from pyrmq.common.subscription import SubscriptionData
@@ -51,8 +51,10 @@ class ConsumerRpcs:
 
     def _group(self, resource: Any) -> SubscriptionGroupConfig:
         name = resource.name
-        if not name:
-            raise ProxyError(pb.Code.ILLEGAL_CONSUMER_GROUP, "consumer group name cannot be empty")
+        try:
+            check_group_name(name)
+        except BrokerError as e:
+            raise ProxyError(pb.Code.ILLEGAL_CONSUMER_GROUP, e.remark) from None
         sgc = self.broker.groups.find(name)
         if sgc is None:
             raise ProxyError(

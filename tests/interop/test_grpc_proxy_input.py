@@ -229,3 +229,69 @@ def test_fuzzed_requests_leave_the_server_serving(
     assert ok.status.code == pb.Code.OK, ok.status
     assert server.proc is not None and server.proc.poll() is None
     assert "Traceback" not in server.log_tail(2000)
+
+
+def receive(channel: grpc.Channel, request: Any) -> list[Any]:
+    stub = channel.unary_stream(
+        f"/{SERVICE}/ReceiveMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.ReceiveMessageResponse.FromString,
+    )
+    return list(stub(request, timeout=TIMEOUT, metadata=CLIENT))
+
+
+def receive_request(topic: str, group: str, **kw: Any) -> Any:
+    req = pb.ReceiveMessageRequest(batch_size=kw.pop("batch_size", 8))
+    req.group.name = group
+    req.message_queue.topic.name = topic
+    req.message_queue.id = -1
+    set_duration = kw.pop("invisible_ms", 10_000)
+    req.invisible_duration.seconds, rest = divmod(set_duration, 1000)
+    req.invisible_duration.nanos = rest * 1_000_000
+    req.long_polling_timeout.seconds = kw.pop("polling_s", 0)
+    if "sql" in kw:
+        req.filter_expression.type = pb.SQL
+        req.filter_expression.expression = kw.pop("sql")
+    assert not kw
+    return req
+
+
+def test_bad_receives_acks_and_changes(channel: grpc.Channel, topics: dict[str, str]) -> None:
+    normal = topics["NORMAL"]
+    group = unique("GIDbad")
+    cases = [
+        (receive_request(normal, ""), pb.Code.ILLEGAL_CONSUMER_GROUP),
+        (receive_request(normal, "bad group!"), pb.Code.ILLEGAL_CONSUMER_GROUP),
+        (receive_request(unique("Missing"), group), pb.Code.TOPIC_NOT_FOUND),
+        (receive_request(normal, group, invisible_ms=365 * 86400_000),
+         pb.Code.ILLEGAL_INVISIBLE_TIME),
+        (receive_request(normal, group, invisible_ms=10), pb.Code.ILLEGAL_INVISIBLE_TIME),
+        (receive_request(normal, group, polling_s=3600), pb.Code.ILLEGAL_POLLING_TIME),
+        (receive_request(normal, group, batch_size=0), pb.Code.BAD_REQUEST),
+        (receive_request(normal, group, batch_size=10_000), pb.Code.BAD_REQUEST),
+        (receive_request(normal, group, sql="color = = 'x'"), pb.Code.ILLEGAL_FILTER_EXPRESSION),
+        (receive_request(normal, group, sql="color = 'never'"), pb.Code.MESSAGE_NOT_FOUND),
+    ]  # fmt: skip
+    for req, code in cases:
+        answers = receive(channel, req)
+        assert len(answers) == 1 and answers[0].status.code == code, (pb.Code.Name(code), answers)
+        assert answers[0].status.message
+    ack = pb.AckMessageRequest(
+        entries=[pb.AckMessageEntry(message_id="m", receipt_handle="not a handle")]
+    )
+    ack.group.name, ack.topic.name = group, normal
+    r = call(channel, "AckMessage", ack, pb.AckMessageResponse)
+    assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
+    assert r.entries[0].status.code == pb.Code.INVALID_RECEIPT_HANDLE
+    stale = "v1 0 0 0 1 10000 broker-a"  # well formed, never given
+    ack.entries[0].receipt_handle = stale
+    r = call(channel, "AckMessage", ack, pb.AckMessageResponse)
+    assert r.entries[0].status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
+    change = pb.ChangeInvisibleDurationRequest(receipt_handle=stale, message_id="m")
+    change.group.name, change.topic.name = group, normal
+    change.invisible_duration.seconds = 10
+    r = call(channel, "ChangeInvisibleDuration", change, pb.ChangeInvisibleDurationResponse)
+    assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
+    change.invisible_duration.seconds = 100 * 86400
+    r = call(channel, "ChangeInvisibleDuration", change, pb.ChangeInvisibleDurationResponse)
+    assert r.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME, r
