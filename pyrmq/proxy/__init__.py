@@ -7,14 +7,17 @@ the same stored message a 4.x client sends, and the other way round.
 Switched on by ``enableProxy=true`` in broker.conf (or ``--enable-proxy``),
 on ``grpcServerPort`` (8081). Served: QueryRoute, Heartbeat, Telemetry
 (settings, transaction recovery), SendMessage, EndTransaction,
-NotifyClientTermination. Consumption (ReceiveMessage, AckMessage,
-ChangeInvisibleDuration, QueryAssignment...) answers NOT_IMPLEMENTED until
-the broker serves POP.
+NotifyClientTermination, and over the broker's PopService
+(pyrmq/broker/pop) QueryAssignment, ReceiveMessage, AckMessage,
+ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue. The offset RPCs
+of pull consumers (PullMessage, UpdateOffset, GetOffset, QueryOffset) and
+RecallMessage answer NOT_IMPLEMENTED.
 
 Files: protocol.py (the .proto compiled at import), convert.py (a 5.x
 message as the stored 4.x message and back), channel.py (in-process
 requests), clients.py (the clients and their Telemetry), service.py (the
-RPCs), server.py (the gRPC server)."""
+producing RPCs), consumer.py (the consuming ones), server.py (the gRPC
+server and its request parsing)."""
 
 from pyrmq.proxy.config import DEFAULT_GRPC_PORT, ProxyConfig
 
