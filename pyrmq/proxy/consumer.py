@@ -92,7 +92,7 @@ class ConsumerRpcs:
             self.clients.of(context)
             sgc = self._group(request.group)
             tc = self._topic(request.message_queue.topic)
-            sub = _subscription(tc.topic_name, request.filter_expression)
+            sub = filter_subscription(tc.topic_name, request.filter_expression)
             invisible = (
                 duration_ms(request.invisible_duration)
                 if request.HasField("invisible_duration")
@@ -225,7 +225,7 @@ class ConsumerRpcs:
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status(OK))
 
 
-def _subscription(topic: str, expr: Any) -> SubscriptionData:
+def filter_subscription(topic: str, expr: Any) -> SubscriptionData:
     kind = "SQL92" if expr.type == pb.SQL else "TAG"
     try:
         return SubscriptionData.parse(topic, expr.expression or "*", 0, kind)

@@ -23,9 +23,9 @@ from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from pyrmq.proxy.channel import ChannelClosed
 from pyrmq.proxy.clients import ClientRegistry, GrpcClient
 from pyrmq.proxy.config import ProxyConfig
-from pyrmq.proxy.consumer import ConsumerRpcs
 from pyrmq.proxy.convert import outgoing, parse_transaction_id, send_header, transaction_id
 from pyrmq.proxy.errors import ProxyError
+from pyrmq.proxy.offsets import OffsetRpcs
 from pyrmq.proxy.protocol import OK, pb, status
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
@@ -67,9 +67,9 @@ def accept_types(tc: TopicConfig) -> list[int]:
     return _MESSAGE_TYPES.get(tc.message_type, [pb.MESSAGE_TYPE_UNSPECIFIED])
 
 
-class MessagingService(ConsumerRpcs):
+class MessagingService(OffsetRpcs):
     """One method per RPC, by its name (server.handlers maps them); the
-    consuming ones are in consumer.py."""
+    consuming ones are in consumer.py, the pull consumers' in offsets.py."""
 
     def __init__(self, broker: Broker, config: ProxyConfig) -> None:
         self.broker = broker
@@ -279,20 +279,6 @@ class MessagingService(ConsumerRpcs):
 
     async def _not_implemented(self, response_type: Any, what: str) -> Any:
         return response_type(status=status(pb.Code.NOT_IMPLEMENTED, f"{what} is not served yet"))
-
-    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield pb.PullMessageResponse(
-            status=status(pb.Code.NOT_IMPLEMENTED, "PullMessage is not served yet")
-        )
-
-    async def UpdateOffset(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(pb.UpdateOffsetResponse, "UpdateOffset")
-
-    async def GetOffset(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(pb.GetOffsetResponse, "GetOffset")
-
-    async def QueryOffset(self, request: Any, context: Any) -> Any:
-        return await self._not_implemented(pb.QueryOffsetResponse, "QueryOffset")
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:
         return await self._not_implemented(pb.RecallMessageResponse, "RecallMessage")

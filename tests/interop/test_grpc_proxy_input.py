@@ -295,3 +295,58 @@ def test_bad_receives_acks_and_changes(channel: grpc.Channel, topics: dict[str, 
     change.invisible_duration.seconds = 100 * 86400
     r = call(channel, "ChangeInvisibleDuration", change, pb.ChangeInvisibleDurationResponse)
     assert r.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME, r
+
+
+def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str, str]) -> None:
+    topic = topics["FIFO"]
+    sent = [message(topic, f"pull-{i}".encode(), message_type=pb.FIFO, message_group="pg")
+            for i in range(5)]  # fmt: skip
+    for m in sent:
+        assert send(channel, m).status.code == pb.Code.OK
+    group = unique("GIDpull")
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic))
+    # the group's queue: where the message group went
+    end = {}
+    for qid in (0, 1):
+        mq.id = qid
+        r = call(channel, "QueryOffset",
+                 pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
+                 pb.QueryOffsetResponse)  # fmt: skip
+        assert r.status.code == pb.Code.OK
+        end[qid] = r.offset
+    qid = max(end, key=lambda q: end[q])
+    mq.id = qid
+    begin = call(channel, "QueryOffset",
+                 pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.BEGINNING),
+                 pb.QueryOffsetResponse)  # fmt: skip
+    assert begin.status.code == pb.Code.OK and begin.offset == 0
+    get = pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)
+    r = call(channel, "GetOffset", get, pb.GetOffsetResponse)
+    assert r.status.code == pb.Code.OFFSET_NOT_FOUND, r
+    pull = channel.unary_stream(
+        f"/{SERVICE}/PullMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.PullMessageResponse.FromString,
+    )
+    req = pb.PullMessageRequest(group=pb.Resource(name=group), message_queue=mq, offset=0,
+                                batch_size=32)  # fmt: skip
+    answers = list(pull(req, timeout=TIMEOUT, metadata=CLIENT))
+    assert answers[0].status.code == pb.Code.OK, answers[0]
+    bodies = [a.message.body for a in answers if a.HasField("message")]
+    assert [b for b in bodies if b.startswith(b"pull-")] == [m.body for m in sent]
+    assert answers[-1].next_offset == end[qid]
+    upd = pb.UpdateOffsetRequest(group=pb.Resource(name=group), message_queue=mq, offset=3)
+    assert call(channel, "UpdateOffset", upd, pb.UpdateOffsetResponse).status.code == pb.Code.OK
+    assert call(channel, "GetOffset", get, pb.GetOffsetResponse).offset == 3
+    upd.offset = -1
+    r = call(channel, "UpdateOffset", upd, pb.UpdateOffsetResponse)
+    assert r.status.code == pb.Code.ILLEGAL_OFFSET
+    req.offset = end[qid]
+    answers = list(pull(req, timeout=TIMEOUT, metadata=CLIENT))
+    assert (
+        answers[0].status.code == pb.Code.MESSAGE_NOT_FOUND and answers[-1].next_offset == end[qid]
+    )
+    mq.id = 99
+    other = pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)
+    r = call(channel, "GetOffset", other, pb.GetOffsetResponse)
+    assert r.status.code == pb.Code.BAD_REQUEST and r.status.message
