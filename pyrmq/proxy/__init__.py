@@ -9,14 +9,14 @@ on ``grpcServerPort`` (8081). Served: QueryRoute, Heartbeat, Telemetry
 (settings, transaction recovery), SendMessage, EndTransaction,
 NotifyClientTermination, and over the broker's PopService
 (pyrmq/broker/pop) QueryAssignment, ReceiveMessage, AckMessage,
-ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue. The offset RPCs
-of pull consumers (PullMessage, UpdateOffset, GetOffset, QueryOffset) and
-RecallMessage answer NOT_IMPLEMENTED.
+ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, and for pull
+consumers PullMessage, UpdateOffset, GetOffset, QueryOffset (offsets.py).
+RecallMessage answers NOT_IMPLEMENTED.
 
 Files: protocol.py (the .proto compiled at import), convert.py (a 5.x
 message as the stored 4.x message and back), channel.py (in-process
 requests), clients.py (the clients and their Telemetry), service.py (the
-producing RPCs), consumer.py (the consuming ones), server.py (the gRPC
+producing RPCs), consumer.py and offsets.py (the consuming ones), server.py (the gRPC
 server and its request parsing)."""
 
 from pyrmq.proxy.config import DEFAULT_GRPC_PORT, ProxyConfig
