@@ -72,6 +72,8 @@ class Server:
     pid: int
     proc: subprocess.Popen[bytes]
     log_path: str
+    #: the gRPC proxy's host:port (started with --enable-proxy), else ""
+    grpc: str = ""
 
     def cpu_s(self) -> float:
         return proc_cpu_s(self.pid)
@@ -108,7 +110,8 @@ def _spawn(kind: str, cmd: list[str], workdir: str, timeout: float = 60.0) -> It
             with contextlib.suppress(OSError, ValueError), open(ready) as f:
                 info = json.load(f)
             time.sleep(0.05)
-        yield Server(kind, info["namesrv"], info["broker"], proc.pid, proc, log_path)
+        yield Server(kind, info["namesrv"], info["broker"], proc.pid, proc, log_path,
+                     info.get("grpc", ""))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -11,8 +11,9 @@ The broker is SIGKILLed --kills times, evenly over the spread, and
 restarted on its ports. A reader pulls the topic throughout. At the end:
 how many arrived, how many twice, how many early (the delivered record's
 store time before its due time), lateness percentiles (store time - due),
-and the broker's anonymous resident memory (RssAnon: not the mapped store files) sampled every 10 s (it must not grow with
-the number of messages pending). Writes the summary as JSON to --out."""
+and the broker's anonymous resident memory (RssAnon: not the mapped store
+files) sampled every 10 s (it must not grow with the number of messages
+pending). Writes the summary as JSON to --out."""
 
 from __future__ import annotations
 
