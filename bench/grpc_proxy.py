@@ -7,7 +7,9 @@
    ``--window`` calls in flight per channel (one message a call, as the
    5.x SDKs send). Acknowledged sends per second, broker CPU per message,
    and every acknowledged message counted in the topic afterwards.
-2. **The official 5.x SDK** (rocketmq-python-client, installed as the
+2. **The floor**: the same gRPC load against a grpc.aio server whose one
+   method echoes its request: what the Python gRPC server costs a call.
+3. **The official 5.x SDK** (rocketmq-python-client, installed as the
    interop tests do): sync sends (latency per send), async sends, and a
    SimpleConsumer receiving and acking them all; beside pyrmq's own client
    over remoting doing the same sends.
@@ -53,8 +55,39 @@ def _requests(n: int) -> list[bytes]:
     return out
 
 
+#: the floor: a grpc.aio server whose one method returns its request
+ECHO_METHOD = "/pyrmq.bench.Echo/Echo"
+
+
+def _echo_server(addr_out: Any) -> None:
+    import grpc
+
+    async def serve() -> None:
+        async def echo(raw: bytes, context: Any) -> bytes:
+            return raw
+
+        server = grpc.aio.server()
+        handler = grpc.unary_unary_rpc_method_handler(echo)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("pyrmq.bench.Echo", {"Echo": handler}),)
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        addr_out.put(f"127.0.0.1:{port}")
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
 async def _grpc_proc(
-    addr: str, channels: int, window: int, warmup: float, duration: float, idx: int, ready: Any
+    addr: str,
+    channels: int,
+    window: int,
+    warmup: float,
+    duration: float,
+    idx: int,
+    ready: Any,
+    method: str = f"/{SERVICE}/SendMessage",
 ) -> dict[str, Any]:
     import grpc
 
@@ -62,7 +95,8 @@ async def _grpc_proc(
     ok = bad = 0
     chans = [grpc.aio.insecure_channel(addr) for _ in range(channels)]
     meta = (("x-mq-client-id", f"bench-{idx}-{uuid.uuid4().hex[:8]}"),)
-    stubs = [c.unary_unary(f"/{SERVICE}/SendMessage") for c in chans]
+    stubs = [c.unary_unary(method) for c in chans]
+    echo = method == ECHO_METHOD
     running = True
 
     async def loop_one(stub: Any, k: int) -> None:
@@ -70,8 +104,7 @@ async def _grpc_proc(
         i = k
         while running:
             raw = await stub(reqs[i % len(reqs)], metadata=meta, timeout=30)
-            r = pb.SendMessageResponse.FromString(raw)
-            if r.status.code == pb.Code.OK:
+            if echo or pb.SendMessageResponse.FromString(raw).status.code == pb.Code.OK:
                 ok += 1
             else:
                 bad += 1
@@ -115,6 +148,43 @@ def grpc_load(server: bl.Server, procs: int, channels: int, window: int, warmup:
         "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
         "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / (w1 - w0),
     }
+
+
+def echo_floor(
+    procs: int, channels: int, window: int, warmup: float, duration: float
+) -> dict[str, Any]:
+    """The same load against a grpc.aio server that only echoes: what a
+    call costs the Python gRPC server before any work of ours."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    srv = ctx.Process(target=_echo_server, args=(q,), daemon=True)
+    srv.start()
+    try:
+        addr = q.get(timeout=60)
+        jobs = [(addr, channels, window, warmup, duration, i) for i in range(procs)]
+        with LoadProcesses(_echo_proc, jobs) as kids:
+            t_start = kids.start()
+            time.sleep(max(0.0, t_start + warmup - time.monotonic()))
+            cpu0, w0 = bl.proc_cpu_s(srv.pid or 0), time.monotonic()
+            time.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
+            cpu1, w1 = bl.proc_cpu_s(srv.pid or 0), time.monotonic()
+            results = kids.results(timeout=120)
+    finally:
+        srv.terminate()
+        srv.join(10)
+    rate = sum(r["msgs"] / r["secs"] for r in results)
+    return {
+        "calls_per_s": rate,
+        "server_cpu_us_per_call": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
+    }
+
+
+async def _echo_proc(
+    addr: str, channels: int, window: int, warmup: float, duration: float, idx: int, ready: Any
+) -> dict[str, Any]:
+    return await _grpc_proc(addr, channels, window, warmup, duration, idx, ready, ECHO_METHOD)
 
 
 def sdk_runs(server: bl.Server, n: int) -> dict[str, Any]:
@@ -181,6 +251,10 @@ def main() -> None:
                   f"({row['remoting_cpu_us']:.1f} us/msg), gRPC {row['grpc']:,.0f}/s "
                   f"({row['grpc_cpu_us']:.1f} us/msg); gRPC acked {row['grpc_acked']} "
                   f"stored {row['grpc_stored']}", flush=True)  # fmt: skip
+        floor = echo_floor(a.procs, a.channels, a.window, a.warmup, a.seconds)
+        doc["grpc_echo_floor"] = floor
+        us = floor["server_cpu_us_per_call"]
+        print(f"grpc.aio echo floor: {floor['calls_per_s']:,.0f} calls/s, {us:.0f} us a call")
         if a.sdk_messages:
             doc["sdk"] = sdk_runs(srv, a.sdk_messages)
             s = doc["sdk"]
