@@ -48,6 +48,7 @@ from pyrmq.broker.pop.receipt import (
     encode,
     key_item,
 )
+from pyrmq.broker.pop.table import CheckpointTable
 from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE
 from pyrmq.common.message import MessageExt, decode_messages
 from pyrmq.common.subscription import SubscriptionData
@@ -105,7 +106,7 @@ class PopService:
         self.broker_name = broker_name
         self.revive_topic = revive_topic(cluster)
         self._clock = clock
-        self.pending: dict[CkKey, Checkpoint] = {}
+        self.pending = CheckpointTable()
         self._task: asyncio.Task[None] | None = None
         self._arrivals: dict[str, asyncio.Event] = {}
         #: messages revived into the retry topic, and put into the DLQ
@@ -148,14 +149,13 @@ class PopService:
                 self._apply(m, acked)
             offset = r.next_begin_offset
         for k in acked:
-            self.pending.pop(k, None)
+            self.pending.remove(k)
 
     def _apply(self, m: MessageExt, acked: set[CkKey]) -> None:
         try:
             doc = json.loads(m.body)
             for item in doc.get("ck", ()):
-                ck = Checkpoint.from_item(item, m.queue_offset)
-                self.pending[ck.key] = ck
+                self.pending.add(Checkpoint.from_item(item, m.queue_offset))
             for item in doc.get("ack", ()):
                 g, t, q, o, p = item[:5]
                 acked.add(CkKey(str(g), str(t), int(q), int(o), int(p)))
@@ -213,15 +213,13 @@ class PopService:
             log_offset = self._log({"ck": [ck.as_item() for ck in cks]})
             for ck in cks:
                 ck.log_offset = log_offset
-                self.pending[ck.key] = ck
+                self.pending.add(ck)
         for t, qid, offset in moves:
             self.offsets.commit_offset(group, t, qid, offset)
         return out
 
     def _busy(self, group: str, topic: str, qid: int) -> bool:
-        return any(
-            k.group == group and k.topic == topic and k.queue_id == qid for k in self.pending
-        )
+        return bool(self.pending.queue(group, topic, qid))
 
     def _start_offset(self, group: str, topic: str, qid: int) -> int:
         off = self.offsets.query_offset(group, topic, qid)
@@ -303,7 +301,7 @@ class PopService:
     def ack(self, group: str, topic: str, handle: str) -> None:
         ck = self._find(group, topic, handle)
         self._log({"ack": [key_item(ck.key)]})
-        del self.pending[ck.key]
+        self.pending.remove(ck.key)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """A new handle, invisible for invisible_ms from now."""
@@ -316,8 +314,8 @@ class PopService:
             old.orderly,
         )
         new.log_offset = self._log({"ck": [new.as_item()], "ack": [key_item(k)]})
-        del self.pending[k]
-        self.pending[new.key] = new
+        self.pending.remove(k)
+        self.pending.add(new)
         return encode(new, k.topic == retry_topic(k.group), self.broker_name)
 
     # -- revive -----------------------------------------------------------------------
@@ -333,22 +331,27 @@ class PopService:
                 log.exception("pop: revive failed; tried again")
 
     def revive(self) -> int:
-        """Deliver again what passed its deadline; how many."""
-        now = self._now_ms()
-        due = [ck for ck in self.pending.values() if ck.deadline_ms <= now]
-        done: list[CkKey] = []
-        for ck in sorted(due, key=lambda c: (c.key.topic, c.key.queue_id, c.key.offset)):
-            if ck.key in done:
-                continue
-            if ck.orderly:
-                done += self._rewind(ck)
-            else:
-                self._retry(ck)
-                done.append(ck.key)
-        if done:
-            self._log({"ack": [key_item(k) for k in done]})
-            for k in done:
-                self.pending.pop(k, None)
+        """Deliver again what passed its deadline; how many. What a failure
+        (the store refusing) leaves undone is due again at the next look."""
+        due = self.pending.due(self._now_ms())
+        done: dict[CkKey, None] = {}
+        try:
+            for ck in sorted(due, key=lambda c: (c.key.topic, c.key.queue_id, c.key.offset)):
+                if ck.key in done:
+                    continue
+                if ck.orderly:
+                    done.update(dict.fromkeys(self._rewind(ck)))
+                else:
+                    self._retry(ck)
+                    done[ck.key] = None
+        finally:
+            if done:
+                self._log({"ack": [key_item(k) for k in done]})
+                for k in done:
+                    self.pending.remove(k)
+            for ck in due:
+                if ck.key not in done and ck.key in self.pending:
+                    self.pending.add(ck)  # back on the deadline heap
         self._advance_log()
         return len(done)
 
@@ -356,11 +359,7 @@ class PopService:
         """An orderly group's expired message: the queue is read again from
         it (and whatever followed it out is taken back too)."""
         k = ck.key
-        same = [
-            c.key
-            for c in self.pending.values()
-            if c.key.group == k.group and c.key.topic == k.topic and c.key.queue_id == k.queue_id
-        ]
+        same = list(self.pending.queue(k.group, k.topic, k.queue_id))
         self.offsets.commit_offset(k.group, k.topic, k.queue_id, min(s.offset for s in same))
         return same
 
@@ -420,9 +419,8 @@ class PopService:
     def _advance_log(self) -> None:
         """The revive log's read position: the oldest record still holding
         a checkpoint out (or its end)."""
-        if self.pending:
-            low = min(ck.log_offset for ck in self.pending.values())
-        else:
+        low = self.pending.min_log_offset()
+        if low is None:
             low = self.store.max_offset_in_queue(self.revive_topic, 0)
         if low > self.offsets.query_offset(REVIVE_GROUP, self.revive_topic, 0):
             self.offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, low)
