@@ -19,7 +19,6 @@ from typing import Any
 
 from pyrmq.broker import Broker, load_broker_conf
 from pyrmq.common.config_file import read_properties, write_json_atomic
-from pyrmq.common.errors import ClientError
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
@@ -136,13 +135,6 @@ async def _local_proxy(broker: Broker) -> AsyncIterator[dict[str, str]]:
     from pyrmq.proxy.server import GrpcProxy
 
     cfg = broker.config
-    if cfg.acl_enable:
-        # the broker would refuse every proxied request (no 4.x signature),
-        # and the 5.x one is not checked yet: say so rather than serve that
-        raise ClientError(
-            "enableProxy=true with aclEnable=true is not served yet: the gRPC proxy does "
-            "not check the 5.x SDKs' request signatures; turn one of them off"
-        )
     proxy = GrpcProxy(
         broker,
         ProxyConfig(

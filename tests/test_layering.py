@@ -46,7 +46,7 @@ ALLOWED = {
     },
     # RocketMQ 5's proxy (STYLE.md section 10): protocol adapters over the
     # broker's own processors; the broker never imports it
-    "pyrmq.proxy": {"pyrmq.common", "pyrmq.remoting", "pyrmq.broker"},
+    "pyrmq.proxy": {"pyrmq.common", "pyrmq.remoting", "pyrmq.broker", "pyrmq.acl"},
     # administration is a client program (STYLE.md section 10): no server imports it
     "pyrmq.admin": {
         "pyrmq.acl",

@@ -59,13 +59,22 @@ from pyrmq.acl.permission import (
 from pyrmq.acl.remote_address import Matcher, normalize_ip, remote_address_matcher
 from pyrmq.acl.signing import (
     ACCESS_KEY,
+    GRPC_AUTH_SCHEME,
     SIGNATURE,
     UNIQUE_MSG_QUERY_FLAG,
     HmacSha1,
+    grpc_signature,
     mac_for,
+    parse_grpc_authorization,
     signature,
 )
 from pyrmq.common.errors import NoPermissionError
+
+
+class AclAuthenticationError(NoPermissionError):
+    """A request whose signer is unknown or whose signature is wrong (the
+    5.x proxy answers it UNAUTHORIZED; a permission it lacks is FORBIDDEN)."""
+
 
 log = logging.getLogger("pyrmq.acl")
 
@@ -206,6 +215,9 @@ class PlainAccessValidator:
             need = needed_resources(code, ext, body)
         except ResourceError as e:
             raise NoPermissionError(f"accessKey={ak}, request code {code}: {e}") from None
+        self._authorize(acc, need, f"request code {code}")
+
+    def _authorize(self, acc: PlainAccessResource, need: Mapping[str, int], what: str) -> None:
         if not need or (acc.admin and not acc.perms):
             return
         perms = acc.perms
@@ -215,9 +227,41 @@ class PlainAccessValidator:
                 owned = acc.default_group_perm if is_group(resource) else acc.default_topic_perm
             if not check_permission(right, owned):
                 raise NoPermissionError(
-                    f"No permission for {_describe(resource)}: accessKey={ak} needs "
-                    f"{perm_text(right)}, has {perm_text(owned)} (request code {code})"
+                    f"No permission for {_describe(resource)}: accessKey={acc.access_key} "
+                    f"needs {perm_text(right)}, has {perm_text(owned)} ({what})"
                 )
+
+    def validate_grpc(
+        self, peer: str, metadata: Mapping[str, str], need: Mapping[str, int], what: str
+    ) -> None:
+        """A 5.x gRPC request (signing.py: x-mq-date-time, authorization):
+        AclAuthenticationError when it is not signed by a known account,
+        NoPermissionError when the account lacks a right in `need`
+        (resource -> PUB/SUB bits, groups as %RETRY%<group>)."""
+        ip = self._ip(peer)
+        for white in self._global:
+            if white(ip):
+                return
+        auth = parse_grpc_authorization(metadata.get("authorization", ""))
+        ak = auth.get("Credential", "")
+        if not ak:
+            raise AclAuthenticationError(
+                f"{what} from {ip} is not signed (no {GRPC_AUTH_SCHEME} authorization) and ACL "
+                "is enabled on this broker"
+            )
+        acc = self._accounts.get(ak)
+        if acc is None:
+            raise AclAuthenticationError(f"No acl config for accessKey={ak} ({what})")
+        if not acc.white(ip):
+            sig = auth.get("Signature", "")
+            date_time = metadata.get("x-mq-date-time", "")
+            if (
+                not sig
+                or not date_time
+                or not hmac.compare_digest(grpc_signature(acc.mac, date_time), sig.lower())
+            ):
+                raise AclAuthenticationError(f"Check signature failed for accessKey={ak} ({what})")
+        self._authorize(acc, need, what)
 
     @staticmethod
     def _signed(acc: PlainAccessResource, ext: Mapping[str, str], body: bytes) -> bool:

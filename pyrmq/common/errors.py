@@ -58,14 +58,16 @@ class BrokerError(RMQError):
     processor raises to answer with `code` and the message as remark.
 
     Subclasses set `code` (a ResponseCode value) and register themselves;
-    BrokerError.for_code(code) finds them (UnknownBrokerError otherwise)."""
+    BrokerError.for_code(code) finds them (UnknownBrokerError otherwise). A
+    subclass of one that does not set its own `code` is a finer kind of the
+    same answer and is not registered."""
 
     code: ClassVar[int] = -1
     _registry: ClassVar[dict[int, type[BrokerError]]] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        if cls.code >= 0:
+        if cls.code >= 0 and "code" in cls.__dict__:
             if cls.code in BrokerError._registry:
                 raise TypeError(f"response code {cls.code} registered twice")
             BrokerError._registry[cls.code] = cls

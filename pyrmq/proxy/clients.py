@@ -134,7 +134,7 @@ class ClientRegistry:
             raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is required")
         c = self.clients.get(client_id)
         if c is None or not c.channel.is_open:
-            c = self.clients[client_id] = GrpcClient(self.broker, client_id, _peer(context))
+            c = self.clients[client_id] = GrpcClient(self.broker, client_id, peer_of(context))
         c.last_seen = time.monotonic()
         return c
 
@@ -198,7 +198,7 @@ class ClientRegistry:
         set_duration_ms(sub.long_polling_timeout, 20_000)
 
 
-def _peer(context: Any) -> str:
+def peer_of(context: Any) -> str:
     """ip:port of a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000")."""
     peer = context.peer() or ""
     kind, _, addr = peer.partition(":")

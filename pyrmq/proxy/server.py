@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from pyrmq.acl import PlainAccessValidator
 from pyrmq.common.errors import ClientError
+from pyrmq.proxy import auth
 from pyrmq.proxy.config import ProxyConfig
 from pyrmq.proxy.protocol import SERVICE, pb
 from pyrmq.proxy.service import MessagingService
@@ -29,7 +31,7 @@ SWEEP_INTERVAL = 10.0
 MAX_RECEIVE = 8 * 1024 * 1024
 
 
-def handlers(service: object) -> grpc.GenericRpcHandler:
+def handlers(service: object, acl: PlainAccessValidator | None = None) -> grpc.GenericRpcHandler:
     """The gRPC method handlers of service's RPCs (a method named as each
     RPC of MessagingService; an RPC it lacks is UNIMPLEMENTED).
 
@@ -44,7 +46,14 @@ def handlers(service: object) -> grpc.GenericRpcHandler:
             continue
         request_type = getattr(pb, m.input_type.name)
         out = getattr(pb, m.output_type.name).SerializeToString
+        response_type = getattr(pb, m.output_type.name)
+        if acl is not None and not m.client_streaming:
+            impl = _checked(impl, acl, m.name, response_type, m.server_streaming)
         if m.client_streaming:
+            # Telemetry: its first command carries the signed metadata of
+            # the call itself; checked when the stream opens
+            if acl is not None:
+                impl = _checked_stream(impl, acl, m.name, response_type)
             table[m.name] = grpc.stream_stream_rpc_method_handler(
                 _stream_stream(impl, request_type, m.name), response_serializer=out
             )
@@ -57,6 +66,44 @@ def handlers(service: object) -> grpc.GenericRpcHandler:
                 _unary_unary(impl, request_type, m.name), response_serializer=out
             )
     return grpc.method_handlers_generic_handler(SERVICE, table)
+
+
+def _checked(
+    impl: Any, acl: PlainAccessValidator, name: str, response_type: Any, streaming: bool
+) -> Any:
+    """impl behind the ACL check (auth.py): a refused request gets the
+    RPC's response with the refusal's Status."""
+    if streaming:
+
+        async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            refused = auth.check(acl, name, request, context)
+            if refused is not None:
+                yield response_type(status=refused)
+                return
+            async for item in impl(request, context):
+                yield item
+
+        return stream
+
+    async def unary(request: Any, context: Any) -> Any:
+        refused = auth.check(acl, name, request, context)
+        if refused is not None:
+            return response_type(status=refused)
+        return await impl(request, context)
+
+    return unary
+
+
+def _checked_stream(impl: Any, acl: PlainAccessValidator, name: str, response_type: Any) -> Any:
+    async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        refused = auth.check(acl, name, None, context)
+        if refused is not None:
+            yield response_type(status=refused)
+            return
+        async for item in impl(requests, context):
+            yield item
+
+    return stream
 
 
 async def _parse(request_type: Any, raw: bytes, name: str, context: Any) -> Any:
@@ -137,7 +184,7 @@ class GrpcProxy:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        server.add_generic_rpc_handlers((handlers(self.service),))
+        server.add_generic_rpc_handlers((handlers(self.service, self.broker.acl),))
         addr = f"{self.config.listen_host}:{self.config.grpc_server_port}"
         try:
             port = server.add_insecure_port(addr)

@@ -48,7 +48,8 @@ def out(**kw: object) -> None:
 def producer(a: dict, checker=None):  # type: ignore[no-untyped-def]
     from rocketmq import ClientConfiguration, Credentials, Producer
 
-    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=a.get("timeout", 10))
+    creds = Credentials(a.get("ak", ""), a.get("sk", ""))
+    cfg = ClientConfiguration(a["endpoint"], creds, request_timeout=a.get("timeout", 10))
     p = Producer(cfg, (a["topic"],), checker) if checker else Producer(cfg, (a["topic"],))
     p.startup()
     return p
@@ -179,7 +180,8 @@ def _seen(m, **extra: object) -> None:  # type: ignore[no-untyped-def]
 def simple(a: dict) -> None:
     from rocketmq import ClientConfiguration, Credentials, SimpleConsumer
 
-    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=10)
+    creds = Credentials(a.get("ak", ""), a.get("sk", ""))
+    cfg = ClientConfiguration(a["endpoint"], creds, request_timeout=10)
     c = SimpleConsumer(cfg, a["group"], _subscription(a), await_duration=a.get("await_s", 2))
     c.startup()
     out(ready=True)
@@ -229,7 +231,8 @@ def push(a: dict) -> None:
                 seen.release()
             return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
 
-    cfg = ClientConfiguration(a["endpoint"], Credentials(), request_timeout=10)
+    creds = Credentials(a.get("ak", ""), a.get("sk", ""))
+    cfg = ClientConfiguration(a["endpoint"], creds, request_timeout=10)
     c = PushConsumer(cfg, a["group"], Listener(), _subscription(a))
     c.startup()
     out(ready=True)
