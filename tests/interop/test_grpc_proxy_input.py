@@ -351,17 +351,3 @@ def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str
     r = call(channel, "GetOffset", other, pb.GetOffsetResponse)
     assert r.status.code == pb.Code.BAD_REQUEST and r.status.message
 
-
-def test_the_proxy_with_acl_on_is_refused_in_one_line(tmp_path: Any) -> None:
-    conf = tmp_path / "broker.conf"
-    conf.write_text("aclEnable=true\n")
-    (tmp_path / "plain_acl.yml").write_text("accounts: []\n")
-    r = subprocess.run(
-        [sys.executable, "-m", "pyrmq", "standalone", "--store", str(tmp_path / "store"),
-         "--namesrv-port", "0", "--broker-port", "0", "--host", "127.0.0.1",
-         "--enable-proxy", "--grpc-port", "0", "-c", str(conf)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr + r.stdout
-    assert r.stderr.strip().splitlines()[-1].startswith("error: enableProxy=true with aclEnable")
