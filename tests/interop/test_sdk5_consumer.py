@@ -242,3 +242,18 @@ def test_what_is_out_survives_a_broker_crash(make_server: Any, tmp_path: Any) ->
     got = received(again)
     assert sorted(o["recv"] for o in got) == sorted(o["recv"] for o in out), again
     assert all(o["attempt"] == 2 for o in got)
+
+
+def test_4x_pull_and_5x_pop_groups_share_a_topic(
+    server: StandaloneServer, clients: Clients
+) -> None:
+    """A POP group and a 4.x pull group (the C++ client) of the same topic
+    each get every message."""
+    topic = make_topic(server, clients)
+    sent = send(server, topic, 20, prefix="shared")
+    out = consume(server, "simple", topic=topic, group=make_group(server), want=20,
+                  invisible_s=20, mode="ack")  # fmt: skip
+    pulled = pull_walk(clients.pull_consumer(unique("GID_pull_shared")), topic, timeout=WAIT)
+    want = sorted(s["body"] for s in sent)
+    assert sorted(o["recv"] for o in received(out)) == want
+    assert sorted(r.body.decode() for r in pulled) == want
