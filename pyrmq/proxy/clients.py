@@ -134,6 +134,11 @@ class ClientRegistry:
             raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "metadata x-mq-client-id is required")
         c = self.clients.get(client_id)
         if c is None or not c.channel.is_open:
+            if len(self.clients) >= self.config.max_clients and not self.sweep():
+                raise ProxyError(
+                    pb.Code.TOO_MANY_REQUESTS,
+                    f"the proxy serves {self.config.max_clients} clients at most (maxClients)",
+                )
             c = self.clients[client_id] = GrpcClient(self.broker, client_id, peer_of(context))
         c.last_seen = time.monotonic()
         return c

@@ -28,3 +28,6 @@ class ProxyConfig:
     #: a client not heard from (heartbeat, telemetry, any RPC) for this
     #: long is dropped from the producer and consumer tables (seconds)
     client_idle: float = 120.0
+    #: pyrmq: clients known at once; a new one past it is TOO_MANY_REQUESTS
+    #: (a flood of made-up client ids costs no more than this)
+    max_clients: int = 10_000
