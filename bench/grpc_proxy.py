@@ -198,6 +198,11 @@ def sdk_runs(server: bl.Server, n: int) -> dict[str, Any]:
     t = time.perf_counter()
     sent = sdk5.run("send", timeout=600, endpoint=server.grpc, topic=topic, n=n, prefix="sync")
     out["sdk_sync_send_s"] = time.perf_counter() - t
+    lat = sorted(o["ms"] for o in sent)
+    out["sdk_sync_send_ms"] = {
+        "p50": lat[len(lat) // 2],
+        "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+    }
     t = time.perf_counter()
     sdk5.run("send", timeout=600, endpoint=server.grpc, topic=topic, n=n, prefix="async",
              **{"async": True})  # fmt: skip
@@ -210,6 +215,32 @@ def sdk_runs(server: bl.Server, n: int) -> dict[str, Any]:
     out["sdk_received"] = sum(1 for o in got if "recv" in o)
     out["sdk_sent"] = len(sent) * 2
     return out
+
+
+def own_client(server: bl.Server, n: int) -> dict[str, Any]:
+    """pyrmq's own client over remoting, one send at a time, beside the SDK."""
+    from pyrmq import Message, Producer
+
+    async def run() -> dict[str, Any]:
+        p = Producer("GID_bench_own", server.namesrv)
+        await p.start()
+        try:
+            lat = []
+            t0 = time.perf_counter()
+            for i in range(n):
+                t = time.perf_counter()
+                await p.send(Message(SDK_TOPIC, f"own-{i}".encode(), tags="TagA"))
+                lat.append((time.perf_counter() - t) * 1000)
+            total = time.perf_counter() - t0
+        finally:
+            await p.shutdown()
+        lat.sort()
+        return {
+            "own_sync_send_s": total,
+            "own_sync_send_ms": {"p50": lat[n // 2], "p99": lat[min(n - 1, int(n * 0.99))]},
+        }
+
+    return asyncio.run(run())
 
 
 def main() -> None:
@@ -257,10 +288,16 @@ def main() -> None:
         print(f"grpc.aio echo floor: {floor['calls_per_s']:,.0f} calls/s, {us:.0f} us a call")
         if a.sdk_messages:
             doc["sdk"] = sdk_runs(srv, a.sdk_messages)
+            doc["own"] = own = own_client(srv, a.sdk_messages)
+            q = own["own_sync_send_ms"]
+            print(f"pyrmq's client over remoting: sync send "
+                  f"{a.sdk_messages / own['own_sync_send_s']:,.0f}/s "
+                  f"(p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms)", flush=True)  # fmt: skip
             s = doc["sdk"]
             n = a.sdk_messages
+            q = s["sdk_sync_send_ms"]
             print(f"SDK: sync send {n / s['sdk_sync_send_s']:,.0f}/s "
-                  f"({s['sdk_sync_send_s'] / n * 1000:.2f} ms each incl. start-up), async "
+                  f"(p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms), async "
                   f"{n / s['sdk_async_send_s']:,.0f}/s, receive+ack "
                   f"{s['sdk_received'] / s['sdk_receive_ack_s']:,.0f}/s "
                   f"({s['sdk_received']} of {s['sdk_sent']})", flush=True)  # fmt: skip

@@ -6,7 +6,8 @@ was sent, checked or failed. Imports nothing of pyrmq's.
 
 Verbs:
   send     {endpoint, topic, n, async?, tag?, keys?, props?, group?, delay_s?}
-           -> {"sent": i, "id": message_id, "offset": n, "body": text} each
+           -> {"sent": i, "id": message_id, "offset": n, "body": text, "ms": a
+           sync send's round trip} each
   tx       {endpoint, topic, n, resolution: commit|rollback|orphan}
            -> {"half": i, "id": ..., "tx": transaction_id} each, then the
            end of each; "orphan" ends none and leaves with os._exit
@@ -84,8 +85,10 @@ def send(a: dict) -> None:
             if a.get("async"):
                 futures.append((i, body, p.send_async(m)))
                 continue
+            t = time.perf_counter()
             r = p.send(m)
-            out(sent=i, id=r.message_id, offset=r.offset, body=body)
+            ms = (time.perf_counter() - t) * 1000
+            out(sent=i, id=r.message_id, offset=r.offset, body=body, ms=round(ms, 3))
         for i, body, f in futures:
             r = f.result(timeout=30)
             out(sent=i, id=r.message_id, offset=r.offset, body=body)
