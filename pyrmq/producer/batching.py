@@ -358,7 +358,10 @@ class SendAccumulator:
             if not out.done():
                 out.set_result(r)
             if i in callbacks:
-                _call(callbacks[i], r, None)
+                try:
+                    callbacks[i](r, None)
+                except Exception:
+                    log.exception("send callback raised")
 
     def _send_alone(self, key: Key, batch: _Open, i: int) -> None:
         """Message i of batch as a plain send: its own SEND_MESSAGE_V2."""
