@@ -10,15 +10,20 @@ leaves, as one send would), the queue the caller named or its selector
 chose otherwise. An open batch leaves
 
 - at once, when it holds `max_bytes` of entries or MAX_COUNT messages;
-- at the end of the event loop's iteration (loop.call_soon) when no batch
-  of its key is in flight: a lone awaited send waits one loop turn, not
-  the delay;
-- otherwise when a batch of its key is answered, or `max_delay` seconds
-  after its first message, whichever comes first: while the broker works on
-  one batch the next one fills (a group commit, as the broker's own SYNC
-  flush is). max_delay 0: always at the end of the loop iteration.
+- when a request of its key is answered, or `max_delay` seconds after its
+  first message, whichever comes first: while the broker works on one
+  request the next batch fills (a group commit, as the broker's own SYNC
+  flush is); max_delay 0: at the end of the event loop's iteration
+  (loop.call_soon).
 
-A batch of one message goes as the plain single send it is. A batch goes
+A send that finds nothing of its key in flight and no open batch is not
+held at all: it leaves at once as a plain single send (a lone awaited send
+costs what it costs without auto_batch), and the sends that come while it
+is in flight make the next batch. (Holding it to the end of the loop
+iteration instead cost a lone awaited send 11% of its p50 round trip:
+bench.duel, 0.163 against 0.147 ms.)
+
+A batch that holds one message when it leaves goes as a plain single send. A batch goes
 through the producer's usual send (queue choice, retries on another broker,
 fault bookkeeping, deadline: the earliest of its callers'); the answer's
 msgId is the messages' offset ids joined by commas, its queueOffset the
@@ -217,10 +222,14 @@ class SendAccumulator:
                 return None
         elif mq is not None and mq.topic != topic:
             raise ClientError(f"queue {mq} is not a queue of topic {topic!r}")
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[SendResult] = loop.create_future()
         key: Key = topic if mq is None else mq
         batch = self._open.get(key)
+        if batch is None and key not in self._busy:
+            # nothing of its queue in flight to wait for: it goes now, alone,
+            # and what comes while it is in flight joins a batch
+            return self._send_now(key, msg, timeout, retries, callback, counted)
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[SendResult] = loop.create_future()
         if batch is not None and (
             batch.size + size > self.max_bytes or len(batch.msgs) >= MAX_COUNT
         ):
@@ -230,7 +239,7 @@ class SendAccumulator:
             batch = self._open[key] = _Open(
                 loop.time(), p.send_msg_timeout if timeout is None else timeout, retries
             )
-            if self.max_delay == 0 or key not in self._busy:
+            if self.max_delay == 0:
                 batch.handle = loop.call_soon(self._flush, key, batch)
             else:
                 batch.handle = loop.call_later(self.max_delay, self._flush, key, batch)
@@ -362,6 +371,27 @@ class SendAccumulator:
                     callbacks[i](r, None)
                 except Exception:
                     log.exception("send callback raised")
+
+    def _send_now(
+        self,
+        key: Key,
+        msg: Message,
+        timeout: float | None,
+        retries: int,
+        callback: SendCallback | None,
+        counted: bool,
+    ) -> asyncio.Future[SendResult]:
+        """msg as a plain send, at once, its queue marked busy until it is
+        answered."""
+        p = self._p
+        job = p._job(msg, key if isinstance(key, MessageQueue) else None, None, None)
+        self.singles += 1
+        self._busy[key] = self._busy.get(key, 0) + 1
+        if counted:
+            p._inflight += 1
+        out = p._send_future(job, timeout, retries, callback, counted)
+        out.add_done_callback(lambda _f: self._idle(key))
+        return out
 
     def _send_alone(self, key: Key, batch: _Open, i: int) -> None:
         """Message i of batch as a plain send: its own SEND_MESSAGE_V2."""

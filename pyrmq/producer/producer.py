@@ -83,14 +83,15 @@ class Producer:
     `auto_batch` (RocketMQ 5's autoBatch; on by default) coalesces
     concurrent send() / send_async() calls of single messages to one queue
     into one SEND_BATCH_MESSAGE; every caller still gets its own SendResult
-    (its msg_id, offset id and queue offset) or its own error. A batch
-    leaves when it holds `batch_max_bytes` (32 KiB or max_message_size) or 1,024 messages, at
-    the end of the event loop's iteration when no request of its queue is
-    in flight (a lone awaited send is not held back), else when that
-    request is answered or `batch_max_delay_ms` (10) after its first
-    message. Delayed, transactional and compressed messages, %RETRY%
-    topics, oneway sends and explicit batches are sent as without it
-    (pyrmq.producer.batching says which and why). `auto_batch_stats` counts
+    (its msg_id, offset id and queue offset) or its own error. A send with
+    nothing of its queue in flight leaves at once, alone; sends that come
+    while one is in flight fill a batch, which leaves when it holds
+    `batch_max_bytes` (32 KiB, at most max_message_size) or 1,024
+    messages, when the request in flight is answered, or
+    `batch_max_delay_ms` (10; 0: at the end of the loop iteration) after
+    its first message. Delayed, transactional and compressed messages,
+    %RETRY% topics, oneway sends and explicit batches are sent as without
+    it (pyrmq.producer.batching says which and why). `auto_batch_stats` counts
     what went out batched."""
 
     def __init__(
