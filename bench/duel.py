@@ -224,22 +224,26 @@ def run_pipelined(
                         await warm()
                     runs[name] = (submit, per, count)
                 rates: dict[str, list[float]] = {n: [] for n in runs}
+                cpu: dict[str, list[float]] = {n: [] for n in runs}
                 lost: dict[str, int] = dict.fromkeys(runs, 0)
                 order = list(runs)
                 for k in range(rounds):
                     for name in order if k % 2 == 0 else order[::-1]:
                         submit, per, count = runs[name]
                         before = await count()
+                        c0 = time.process_time()
                         flow, secs = await _e2e.windowed(submit, per, window, 10**8, seconds)
+                        c1 = time.process_time()
                         stored = await count() - before
                         lost[name] += max(flow.acked - stored, 0)
                         rates[name].append(round(flow.acked / secs, 1))
+                        cpu[name].append(round((c1 - c0) * 1e6 / max(flow.acked, 1), 2))
                     log(
                         f"  round {k + 1}: "
                         + ", ".join(f"{n} {rates[n][-1]:,.0f}/s" for n in order)
                     )
                 stats = {n: p.auto_batch_stats for n, p in producers.items()}
-                return {"rates": rates, "lost": lost, "auto_batch_stats": stats}
+                return {"rates": rates, "cpu": cpu, "lost": lost, "auto_batch_stats": stats}
             finally:
                 for p in producers.values():
                     await p.shutdown()
@@ -254,6 +258,9 @@ def run_pipelined(
             "auto_batch": ab,
             "msgs_per_s_per_round": rates[name],
             "median_msgs_per_s": round(statistics.median(rates[name]), 1),
+            #: this process's CPU per acknowledged message (the client's,
+            #: and the harness's), median over the rounds
+            "client_us_per_msg": statistics.median(got["cpu"][name]),
             "lost": got["lost"][name],
         }
         for name, where, ab in PIPELINED

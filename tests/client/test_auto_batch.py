@@ -18,6 +18,7 @@ from pyrmq.common.message import SYSFLAG_COMPRESSED, Message, MessageExt, Messag
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.producer.batching import MAX_COUNT
+from pyrmq.testing import LocalCluster
 from tests._waiting import wait_until
 from tests.client._producer_env import Env, create_topic, env, pull_all, stored_at
 
@@ -281,3 +282,35 @@ def test_bad_batch_settings_are_refused_with_what_to_fix():
     p = Producer("PG", "127.0.0.1:9876", auto_batch=False, batch_max_bytes=0)
     assert not p.auto_batch and p.auto_batch_stats == {"batches": 0, "batched": 0, "singles": 0}
     assert MAX_COUNT >= 64
+
+
+def test_each_batched_send_is_traced_with_its_own_result(arun, tmp_path):
+    """Message trace sees every auto-batched send as one Pub record with its
+    own msg id, as it sees sends without auto_batch (explicit batches stay
+    untraced, as before)."""
+    from pyrmq.admin import AdminClient
+
+    async def main() -> None:
+        async with (
+            LocalCluster(str(tmp_path / "store"), trace_topic_enable=True) as c,
+            Producer("PG-abtrace", c.namesrv_addr, enable_msg_trace=True) as p,
+        ):
+            assert (await p.send(Message("AbTraceT", b"warm-up"))).ok
+            before = p.auto_batch_stats["batches"]
+            results = await asyncio.gather(
+                *(p.send(Message("AbTraceT", f"t{i}".encode())) for i in range(60))
+            )
+            assert p.auto_batch_stats["batches"] > before
+            assert p.tracer is not None
+            async with AdminClient(c.namesrv_addr) as admin:
+                for r in (results[0], results[30], results[59]):
+
+                    async def traced(msg_id: str = r.msg_id) -> bool:
+                        return bool(await admin.query_msg_trace(msg_id))
+
+                    await wait_until(traced, f"the trace of {r.msg_id}", stall_after=20)
+                    (pub,) = await admin.query_msg_trace(r.msg_id)
+                    assert pub.type == "Pub" and pub.msg_id == r.msg_id
+                    assert pub.offset_msg_id == r.offset_msg_id
+
+    arun(main(), timeout=90)
