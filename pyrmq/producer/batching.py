@@ -47,6 +47,7 @@ import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import rmqcore
@@ -389,9 +390,22 @@ class SendAccumulator:
         self._busy[key] = self._busy.get(key, 0) + 1
         if counted:
             p._inflight += 1
-        out = p._send_future(job, timeout, retries, callback, counted)
-        out.add_done_callback(lambda _f: self._idle(key))
-        return out
+        return p._send_future(job, timeout, retries, self._then_idle(key, callback), counted)
+
+    def _then_idle(
+        self, key: Key, callback: SendCallback | None
+    ) -> Callable[[SendResult | None, BaseException | None], None]:
+        """A send callback that marks key's request answered, then calls
+        `callback`: run where the answer is read, before the caller's task
+        wakes (a done-callback on the future was one more loop handle on a
+        lone awaited send's round trip)."""
+
+        def answered(result: SendResult | None, exc: BaseException | None) -> None:
+            self._idle(key)
+            if callback is not None:
+                callback(result, exc)
+
+        return answered
 
     def _send_alone(self, key: Key, batch: _Open, i: int) -> None:
         """Message i of batch as a plain send: its own SEND_MESSAGE_V2."""
@@ -406,10 +420,10 @@ class SendAccumulator:
             return
         self.singles += 1
         self._busy[key] = self._busy.get(key, 0) + 1
-        out.add_done_callback(lambda _f: self._idle(key))
         loop = asyncio.get_running_loop()
         timeout = max(batch.timeout - (loop.time() - batch.opened), _MIN_TIMEOUT)
-        p._send_future(job, timeout, batch.retries, callback, counted, out=out)
+        done = self._then_idle(key, callback)
+        p._send_future(job, timeout, batch.retries, done, counted, out=out)
 
     def _idle(self, key: Key) -> None:
         """A request of key was answered: its next batch may go."""
