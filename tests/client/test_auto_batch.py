@@ -9,6 +9,7 @@ producer's counters and by what the broker stored."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 
 import pytest
@@ -19,8 +20,19 @@ from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.producer.batching import MAX_COUNT
 from pyrmq.testing import LocalCluster
+from pyrmq.testing.proxy import FaultProxy
 from tests._waiting import wait_until
-from tests.client._producer_env import Env, create_topic, env, pull_all, stored_at
+from tests.client._producer_env import (
+    PROXY_IP,
+    Env,
+    create_topic,
+    env,
+    listen_addr,
+    needs_proxy_ip,
+    proxied_broker,
+    pull_all,
+    stored_at,
+)
 
 QUEUES = 4
 
@@ -314,3 +326,60 @@ def test_each_batched_send_is_traced_with_its_own_result(arun, tmp_path):
                     assert pub.offset_msg_id == r.offset_msg_id
 
     arun(main(), timeout=90)
+
+
+@needs_proxy_ip
+def test_a_batch_whose_broker_is_down_is_retried_on_another(arun, tmp_path, caplog):
+    """broker-b's host goes away while the name server still lists it:
+    batches that pick it are sent again, whole, to broker-a (the send's
+    usual retry), each message stored once and each caller told where."""
+
+    async def main() -> None:
+        kw = {"poll_name_server_interval": 3600, "batch_max_bytes": 2000}
+        async with env(tmp_path, producer_kw=kw) as e:
+            p = e.producer
+            b = await proxied_broker(e.cluster, str(tmp_path / "store-b"), broker_name="broker-b")
+            assert b.broker is not None
+            proxy = FaultProxy(
+                "127.0.0.1", b.broker.port, listen_host=PROXY_IP, listen_port=b.broker.port
+            )
+            await proxy.start()
+            try:
+                await create_topic(e.api, e.cluster.broker_addr, "AbDownT", 1)
+                await create_topic(e.api, listen_addr(b), "AbDownT", 1)
+                used = {
+                    (await p.send(Message("AbDownT", b"x"))).message_queue.broker_name
+                    for _ in range(4)
+                }
+                assert used == {"broker-a", "broker-b"}
+                proxy.refuse = True
+                proxy.reset_all()
+                caplog.set_level(logging.INFO, logger="pyrmq.producer")
+                before = p.auto_batch_stats["batches"]
+                bodies = [f"down-{i}".encode() for i in range(200)]
+                results = await asyncio.gather(
+                    *(p.send_async(Message("AbDownT", body)) for body in bodies)
+                )
+                assert p.auto_batch_stats["batches"] - before >= 4
+                retried = [
+                    rec.getMessage()
+                    for rec in caplog.records
+                    if rec.name == "pyrmq.producer"
+                    and "failed (attempt 1 of 3)" in rec.getMessage()
+                ]
+                assert retried and all("broker-b" in m for m in retried), retried
+                assert all(r.ok and r.message_queue.broker_name == "broker-a" for r in results)
+                stored = await pull_all(
+                    e.api, e.cluster.broker_addr, MessageQueue("AbDownT", "broker-a", 0)
+                )
+                by_offset = {m.queue_offset: m for m in stored}
+                got = [m.body for m in stored]
+                for r, body in zip(results, bodies, strict=True):
+                    assert got.count(body) == 1
+                    assert by_offset[r.queue_offset].body == body
+                    assert by_offset[r.queue_offset].msg_id == r.msg_id
+            finally:
+                await proxy.shutdown()
+                await b.stop_broker()
+
+    arun(main())
