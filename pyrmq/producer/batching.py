@@ -17,15 +17,19 @@ chose otherwise. An open batch leaves
   (loop.call_soon).
 
 A send that finds nothing of its key in flight and no open batch is not
-held at all: it leaves at once as a plain single send (a lone awaited send
-costs what it costs without auto_batch), and the sends that come while it
-is in flight make the next batch. (Holding it to the end of the loop
-iteration instead cost a lone awaited send 11% of its p50 round trip:
-bench.duel, 0.163 against 0.147 ms.)
+held at all: it leaves at once as a plain single send, and the sends that
+come while it is in flight make the next batch. What a lone awaited send
+still pays is
+the bookkeeping, ~3 µs (~3% of its p50 in bench.duel); holding it to the
+end of the loop iteration instead cost 11% (0.163 against 0.147 ms).
 
-A batch that holds one message when it leaves goes as a plain single send. A batch goes
-through the producer's usual send (queue choice, retries on another broker,
-fault bookkeeping, deadline: the earliest of its callers'); the answer's
+A batched message gets its UNIQ_KEY (msg_id) when its batch is encoded,
+in C, not when send_async() returns; read it from the SendResult.
+
+A batch that holds one message when it leaves goes as a plain single
+send. A batch goes through the producer's usual send (queue choice,
+retries on another broker, fault bookkeeping, deadline: the earliest of
+its callers'); the answer's
 msgId is the messages' offset ids joined by commas, its queueOffset the
 first message's, so message i gets offset id i and queue offset first + i
 (what the Java broker answers a batch, and ours). A failed batch fails
@@ -319,7 +323,11 @@ class SendAccumulator:
         p._inflight += 1  # shutdown waits for the batch
         born = int(time.time() * 1000)
         done = functools.partial(self._answered, key, batch, ids, born, now)
-        p._send_future(job, timeout, batch.retries, done, counted=True)
+        try:
+            p._send_future(job, timeout, batch.retries, done, counted=True)
+        except Exception as e:  # nothing went out: every caller hears why
+            p._inflight -= 1
+            done(None, e)
 
     def _answered(
         self,
@@ -331,9 +339,29 @@ class SendAccumulator:
         result: SendResult | None,
         exc: BaseException | None,
     ) -> None:
-        """The batch's answer: each caller's own result, or the error."""
+        """The batch's answer: each caller's own result, or the error; then
+        the key's next batch may go. Whatever goes wrong here, no caller is
+        left waiting."""
+        try:
+            self._settle_batch(batch, ids, born, sent_at, result, exc)
+        except BaseException as e:
+            for out in batch.outs:
+                if not out.done():
+                    out.set_exception(e)
+            raise
+        finally:
+            self._idle(key)
+
+    def _settle_batch(
+        self,
+        batch: _Open,
+        ids: str,
+        born: int,
+        sent_at: float,
+        result: SendResult | None,
+        exc: BaseException | None,
+    ) -> None:
         p = self._p
-        self._idle(key)
         outs, callbacks = batch.outs, batch.callbacks or {}
         p._inflight -= sum(batch.counted)
         if p._inflight == 0 and p._idle is not None:
