@@ -263,6 +263,8 @@ class Flow:
         self.failed = 0
         self.error: BaseException | None = None
         self._wake = asyncio.Event()
+        #: a (result, error) callback that counts one message (made once)
+        self.on_result = self._on_result
 
     @property
     def done(self) -> int:
@@ -274,6 +276,15 @@ class Flow:
         else:
             self.failed += k
         self._wake.set()
+
+    def _on_result(self, result: Any, exc: BaseException | None) -> None:
+        """One message answered: acked when there is no error and the
+        result's `ok` (when it has one) is true."""
+        if exc is not None:
+            self.error = self.error or exc
+            self.ack(1, False)
+        else:
+            self.ack(1, bool(getattr(result, "ok", True)))
 
     def track(
         self, fut: asyncio.Future[Any], k: int = 1, ok: Callable[[Any], bool] | None = None
@@ -322,8 +333,10 @@ async def windowed(
     start = clock()
     end = start + seconds
     limit = max(per, window)
+    room = limit - per + 1
     while flow.sent + per <= n_max and clock() < end:
-        await flow.wait_below(limit - per + 1)
+        if flow.sent - flow.done >= room:  # else no coroutine to make and await
+            await flow.wait_below(room)
         await submit(flow)
         flow.sent += per
     await flow.drain(drain_timeout)

@@ -228,6 +228,42 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             1.0,
             lower_is_better=True,
         )
+    piped = (doc.get("parts", {}).get("3") or {}).get("duel_pipelined") or {}
+    for what, ratio_name, mine_name, peer_name in (
+        (
+            "pipelined single sends, auto-batched, ≥ 3x Redis XADD pipelined (AOF everysec)",
+            "autobatch_vs_redis_everysec",
+            "pyrmq-autobatch",
+            "redis-everysec",
+        ),
+        (
+            "SYNC_FLUSH pipelined single sends, auto-batched, ≥ 3x Redis XADD pipelined "
+            "(AOF always)",
+            "sync_autobatch_vs_redis_always",
+            "pyrmq-sync-autobatch",
+            "redis-always",
+        ),
+    ):
+        if not piped.get("systems"):
+            break
+        # both measured side by side (bench.duel --pipelined): the ratio is
+        # the median of the rounds' ratios, not the ratio of the medians
+        ps = piped["systems"]
+        ratio = piped["ratios"][ratio_name]["median"]
+        row = {
+            "target": f"{what} (median of {piped['rounds']} alternating rounds' ratios)",
+            "pyrmq": ps[mine_name]["median_msgs_per_s"],
+            "pyrmq_case": "pipelined, auto_batch, alternating",
+            "peer": peer_name,
+            "peer_value": ps[peer_name]["median_msgs_per_s"],
+            "peer_case": "pipelined, alternating",
+            "ratio": ratio,
+            "goal": 3.0,
+            "met": None if ratio is None else ratio >= 3.0 and not piped.get("lost"),
+        }
+        if piped.get("lost"):
+            row["note"] = f"{piped['lost']} acknowledged messages not stored"
+        out.append(row)
     aw = find(py, "awaited", size)
     pr = find(s.get("redis-everysec"), "awaited", size)
     add(
@@ -267,6 +303,38 @@ def duel_md(duel: dict[str, Any]) -> str:
             rows,
             "llrrrr",
         )
+    )
+
+
+def duel_pipelined_md(duel: dict[str, Any]) -> str:
+    if duel.get("skipped"):
+        return f"skipped: {duel['skipped']}"
+    rows = [
+        [
+            name,
+            v["server"],
+            ", ".join(f"{x:,.0f}" for x in v["msgs_per_s_per_round"]),
+            _n(v["median_msgs_per_s"]),
+            _n(v["client_us_per_msg"], 2) if "client_us_per_msg" in v else "-",
+            _n(v["lost"]),
+        ]
+        for name, v in duel["systems"].items()
+    ]
+    ratios = [
+        [name, ", ".join(f"{x:.2f}" for x in r["per_round"]), _r(r["median"])]
+        for name, r in duel["ratios"].items()
+    ]
+    return (
+        f"The four servers up at once, one client process, {duel['rounds']} rounds of "
+        f"{duel['seconds']:g} s per system ({duel['body']} B, {duel['window']:,} "
+        "unacknowledged, order reversed every other round; `bench.duel --pipelined`).\n\n"
+        + table(
+            ["system", "server", "msgs/s per round", "median", "client µs/msg", "lost"],
+            rows,
+            "llrrrr",
+        )
+        + "\n\n"
+        + table(["ratio", "per round", "median"], ratios, "lrr")
     )
 
 
@@ -531,6 +599,11 @@ def render(doc: dict[str, Any]) -> str:
             out.append(
                 "### Awaited send latency, pyrmq and Redis alternating\n\n"
                 + duel_md(parts["3"]["duel"])
+            )
+        if parts["3"].get("duel_pipelined"):
+            out.append(
+                "### Pipelined single sends, auto-batched, beside Redis\n\n"
+                + duel_pipelined_md(parts["3"]["duel_pipelined"])
             )
     for part, title in (
         ("4", "4. Backlog and recovery"),

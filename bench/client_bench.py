@@ -103,7 +103,10 @@ class PyrmqAdapter:
         send_async = self.p.send_async
 
         async def submit(flow: Flow) -> None:
-            flow.track(send_async(Message(stream, body)), 1, _ok)
+            # acked from send_async's callback, as Java's SendCallback: a
+            # done-callback on each future would cost a closure and a loop
+            # handle per message, the harness's, not the client's
+            send_async(Message(stream, body), flow.on_result)
 
         return submit, 1
 

@@ -13,9 +13,24 @@ adapter: ``await producer.send(Message(...))`` for pyrmq, ``await
 redis.xadd(...)`` for Redis) and the same 128 B body. Reported per system:
 every round's p50, the median of those p50s, and the p50/p99 of all round
 trips pooled; ``ratio`` is Redis's median p50 over pyrmq's (≥ 1: pyrmq no
-slower).
+slower). ``pyrmq`` is a Producer with its defaults (auto_batch on);
+``pyrmq-nobatch`` one with auto_batch=False, alternating in the same
+rounds: what client auto-batching costs a lone awaited send.
+
+``--pipelined`` runs the other duel, of throughput (issue 18): pipelined
+single sends (``send_async`` of one message, 1,024 unacknowledged, acks
+counted from callbacks: bench._e2e.windowed) from a Producer with
+auto_batch on and from one with it off, beside Redis pipelined XADD
+(pipelines of 64, as part 3 sends them); pyrmq ASYNC_FLUSH beside Redis
+AOF everysec and pyrmq SYNC_FLUSH beside Redis AOF always, all four
+servers up at once and every system once per round, the order reversed
+every other round. Reported: each system's median msgs/s over the rounds,
+and each ratio taken round by round, then the median. Every acknowledged
+message is counted in its topic or stream after each run (GET_MAX_OFFSET,
+XLEN); a shortfall is in ``lost`` and fails the duel.
 
     python -m bench.duel [--rounds 10] [--seconds 1.0] [--size 128] [--json out.json]
+    python -m bench.duel --pipelined [--rounds 5] [--seconds 2.0]
 """
 
 from __future__ import annotations
@@ -62,12 +77,19 @@ def run(
         log(f"duel: pyrmq pid {psrv.pid}, {rsrv.version} pid {rsrv.pid}")
 
         async def main() -> dict[str, Any]:
-            async with Producer("bench-duel", psrv.namesrv) as p:
+            async with (
+                Producer("bench-duel", psrv.namesrv) as p,
+                Producer("bench-duel-nobatch", psrv.namesrv, auto_batch=False) as p1,
+            ):
                 pa = PyrmqAdapter(psrv, p)
                 ra = await RedisAdapter.connect(rsrv.host, rsrv.port)
                 try:
                     sends = {}
-                    for name, a in (("pyrmq", pa), ("redis-everysec", ra)):
+                    for name, a in (
+                        ("pyrmq", pa),
+                        ("pyrmq-nobatch", PyrmqAdapter(psrv, p1)),
+                        ("redis-everysec", ra),
+                    ):
                         stream = await a.new_stream(f"duel{size}")
                         send = a.awaited_send(stream, body)
                         for _ in range(200):  # connection, route, files, caches
@@ -100,12 +122,15 @@ def run(
 
         systems = asyncio.run(main())
     p, r = systems["pyrmq"]["median_p50_ms"], systems["redis-everysec"]["median_p50_ms"]
+    nb = systems["pyrmq-nobatch"]["median_p50_ms"]
     return {
         "rounds": rounds,
         "seconds": seconds,
         "body": size,
         "systems": systems,
         "ratio": round(r / p, 3) if p else None,
+        #: auto_batch on over off, median p50s (> 1: batching slower)
+        "auto_batch_p50_ratio": round(p / nb, 3) if nb else None,
         "pyrmq_faster_rounds": sum(
             a <= b
             for a, b in zip(
@@ -117,6 +142,168 @@ def run(
     }
 
 
+#: (system, server, auto_batch) of the pipelined duel, in round order
+PIPELINED = (
+    ("pyrmq-autobatch", "pyrmq ASYNC_FLUSH", True),
+    ("pyrmq-single", "pyrmq ASYNC_FLUSH", False),
+    ("redis-everysec", "redis everysec", None),
+    ("pyrmq-sync-autobatch", "pyrmq SYNC_FLUSH", True),
+    ("pyrmq-sync-single", "pyrmq SYNC_FLUSH", False),
+    ("redis-always", "redis always", None),
+)
+#: (ratio name, numerator, denominator) of the pipelined duel
+PIPELINED_RATIOS = (
+    ("autobatch_vs_redis_everysec", "pyrmq-autobatch", "redis-everysec"),
+    ("sync_autobatch_vs_redis_always", "pyrmq-sync-autobatch", "redis-always"),
+    ("autobatch_vs_single", "pyrmq-autobatch", "pyrmq-single"),
+    ("sync_autobatch_vs_single", "pyrmq-sync-autobatch", "pyrmq-sync-single"),
+)
+
+
+def run_pipelined(
+    root: str,
+    rounds: int = 5,
+    seconds: float = 2.0,
+    size: int = 128,
+    window: int = 1024,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """The pipelined duel (module docstring): start the four servers under
+    root, run `rounds` rounds of every system, stop them."""
+    from bench.client_bench import QUEUES, PyrmqAdapter
+    from bench.peers import _servers, missing
+    from bench.peers.redis_streams import RedisAdapter
+    from pyrmq import Producer
+
+    why = missing("redis-everysec")
+    if why:
+        return {"skipped": why}
+    body = _e2e.body_of(size)
+    pipe = 64  # XADDs per Redis pipeline, as part 3's pipelined case
+    with (
+        bl.standalone(root, "ASYNC_FLUSH") as pa_srv,
+        bl.standalone(root, "SYNC_FLUSH") as ps_srv,
+        _servers.redis_server(root, "everysec") as re_srv,
+        _servers.redis_server(root, "always") as ra_srv,
+    ):
+        log(f"pipelined duel: pyrmq {pa_srv.pid} / {ps_srv.pid}, redis {re_srv.pid} / {ra_srv.pid}")
+
+        async def main() -> dict[str, Any]:
+            def server(where: str) -> bl.Server:
+                return pa_srv if "ASYNC" in where else ps_srv
+
+            producers = {
+                name: Producer(f"bench-duel-{name}", server(where).namesrv, auto_batch=ab)
+                for name, where, ab in PIPELINED
+                if ab is not None
+            }
+            redis = {
+                "redis-everysec": await RedisAdapter.connect(re_srv.host, re_srv.port),
+                "redis-always": await RedisAdapter.connect(ra_srv.host, ra_srv.port),
+            }
+            try:
+                for p in producers.values():
+                    await p.start()
+                # name -> (submit, messages per submit, count of what is stored)
+                runs: dict[str, tuple[Any, int, Callable[[], Any]]] = {}
+                for name, where, ab in PIPELINED:
+                    if ab is None:
+                        ra = redis[name]
+                        stream = await ra.new_stream(f"pi{size}")
+                        submit, per = ra.pipelined_submit(stream, body, pipe)
+                        count = _redis_count(ra, stream)
+                        warm = ra.awaited_send(stream, body)
+                    else:
+                        srv = server(where)
+                        a = PyrmqAdapter(srv, producers[name])
+                        topic = await a.new_stream(f"pi{size}")
+                        submit, per = a.pipelined_submit(topic, body, pipe)
+                        count = _pyrmq_count(srv.broker, topic, QUEUES)
+                        warm = a.awaited_send(topic, body)
+                    for _ in range(200):  # connection, route, files, caches
+                        await warm()
+                    runs[name] = (submit, per, count)
+                rates: dict[str, list[float]] = {n: [] for n in runs}
+                cpu: dict[str, list[float]] = {n: [] for n in runs}
+                lost: dict[str, int] = dict.fromkeys(runs, 0)
+                order = list(runs)
+                for k in range(rounds):
+                    for name in order if k % 2 == 0 else order[::-1]:
+                        submit, per, count = runs[name]
+                        before = await count()
+                        c0 = time.process_time()
+                        flow, secs = await _e2e.windowed(submit, per, window, 10**8, seconds)
+                        c1 = time.process_time()
+                        stored = await count() - before
+                        lost[name] += max(flow.acked - stored, 0)
+                        rates[name].append(round(flow.acked / secs, 1))
+                        cpu[name].append(round((c1 - c0) * 1e6 / max(flow.acked, 1), 2))
+                    log(
+                        f"  round {k + 1}: "
+                        + ", ".join(f"{n} {rates[n][-1]:,.0f}/s" for n in order)
+                    )
+                stats = {n: p.auto_batch_stats for n, p in producers.items()}
+                return {"rates": rates, "cpu": cpu, "lost": lost, "auto_batch_stats": stats}
+            finally:
+                for p in producers.values():
+                    await p.shutdown()
+                for ra in redis.values():
+                    await ra.close()
+
+        got = asyncio.run(main())
+    rates = got["rates"]
+    systems = {
+        name: {
+            "server": where,
+            "auto_batch": ab,
+            "msgs_per_s_per_round": rates[name],
+            "median_msgs_per_s": round(statistics.median(rates[name]), 1),
+            #: this process's CPU per acknowledged message (the client's,
+            #: and the harness's), median over the rounds
+            "client_us_per_msg": statistics.median(got["cpu"][name]),
+            "lost": got["lost"][name],
+        }
+        for name, where, ab in PIPELINED
+    }
+    ratios = {}
+    for what, num, den in PIPELINED_RATIOS:
+        per_round = [round(a / b, 3) for a, b in zip(rates[num], rates[den], strict=True) if b]
+        ratios[what] = {
+            "per_round": per_round,
+            "median": round(statistics.median(per_round), 3) if per_round else None,
+        }
+    return {
+        "rounds": rounds,
+        "seconds": seconds,
+        "body": size,
+        "window": window,
+        "systems": systems,
+        "ratios": ratios,
+        "auto_batch_stats": got["auto_batch_stats"],
+        "lost": sum(got["lost"].values()),
+    }
+
+
+def _redis_count(ra: Any, stream: str) -> Callable[[], Any]:
+    async def count() -> int:
+        return int(await ra.r.xlen(stream))
+
+    return count
+
+
+def _pyrmq_count(broker: str, topic: str, queues: int) -> Callable[[], Any]:
+    """Messages stored in topic (the sum of its queues' max offsets)."""
+
+    async def count() -> int:
+        def read() -> int:
+            with bl.BlockingClient(broker) as c:
+                return sum(bl.max_offsets(c, topic, queues))
+
+        return await asyncio.to_thread(read)
+
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10)
@@ -124,8 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--json")
+    ap.add_argument("--pipelined", action="store_true", help="the throughput duel")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.pipelined:
+        doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
+        doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(doc, indent=1))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(doc, f, indent=1)
+        return 1 if doc.get("lost") else 0
     doc = run(
         args.dir,
         args.rounds,

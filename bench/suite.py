@@ -19,7 +19,9 @@ Parts (bench/README.md, "Suite and peers", says what every figure means):
    always), RabbitMQ streams, each started here and driven by its usual
    Python client through the same cases, counts and sizes as part 2's;
    then bench.duel: awaited-send latency of pyrmq and Redis (everysec)
-   in alternating rounds, both servers up (the latency target's figure).
+   in alternating rounds, both servers up (the latency target's figure),
+   and bench.duel --pipelined: auto-batched pipelined single sends beside
+   Redis pipelined XADD, everysec and always (issue 18's targets).
 4. Backlog and recovery (bench.backlog), 5. scale (bench.scale), when
    those modules are present.
 6. Replication (bench.ha): send throughput and latency of a broker without
@@ -264,6 +266,12 @@ def part_peers(
 
         log("part 3: awaited latency, pyrmq and Redis alternating (bench.duel)")
         res["duel"] = duel.run(work, rounds=4 if budget.awaited_seconds < 1 else 10, log=log)
+        save()
+        log("part 3: pipelined auto-batched sends beside Redis, alternating (bench.duel)")
+        quick = budget.awaited_seconds < 1
+        res["duel_pipelined"] = duel.run_pipelined(
+            work, rounds=3 if quick else 7, seconds=1.0 if quick else 2.0, log=log
+        )
         save()
     return res
 

@@ -153,6 +153,13 @@ def add_arguments(sub: Any) -> None:
         action="store_true",
         help="message trace on (enable_msg_trace): what tracing costs a producer",
     )
+    pr.add_argument(
+        "--no-auto-batch",
+        dest="auto_batch",
+        action="store_false",
+        help="Producer(auto_batch=False): every single send its own request "
+        "(the default coalesces concurrent ones into batches)",
+    )
 
     co = bsub.add_parser(
         "consume",

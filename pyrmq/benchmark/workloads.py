@@ -114,6 +114,7 @@ def _producer(args: argparse.Namespace) -> Producer:
         "send_msg_timeout": args.timeout,
         "compress_msg_body_over_howmuch": MAX_BODY + 1,
         "enable_msg_trace": getattr(args, "trace", False),
+        "auto_batch": getattr(args, "auto_batch", True),
     }
     if getattr(args, "mode", None) == "transaction":
         return TransactionProducer(

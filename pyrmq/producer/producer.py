@@ -29,6 +29,7 @@ from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQErro
 from pyrmq.common.message import COMPRESS_LEVEL, Message, MessageQueue
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
+from pyrmq.producer.batching import DEFAULT_MAX_DELAY_MS, SendAccumulator
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.prepare import SendJob, make_job
 from pyrmq.producer.selector import MessageQueueSelector
@@ -77,7 +78,21 @@ class Producer:
     Java client's useTLS) makes every connection TLS: servers' certificates
     must chain to `tls_ca` (PEM; the system's CAs when None) and match the
     address dialed; `tls_cert` + `tls_key` answer a server that asks for a
-    client certificate. An `ssl.SSLContext` may be given as `tls` instead."""
+    client certificate. An `ssl.SSLContext` may be given as `tls` instead.
+
+    `auto_batch` (RocketMQ 5's autoBatch; on by default) coalesces
+    concurrent send() / send_async() calls of single messages to one queue
+    into one SEND_BATCH_MESSAGE; every caller still gets its own SendResult
+    (its msg_id, offset id and queue offset) or its own error. A send with
+    nothing of its queue in flight leaves at once, alone; sends that come
+    while one is in flight fill a batch, which leaves when it holds
+    `batch_max_bytes` (32 KiB, at most max_message_size) or 1,024
+    messages, when the request in flight is answered, or
+    `batch_max_delay_ms` (10; 0: at the end of the loop iteration) after
+    its first message. Delayed, transactional and compressed messages,
+    %RETRY% topics, oneway sends and explicit batches are sent as without
+    it (pyrmq.producer.batching says which and why). `auto_batch_stats` counts
+    what went out batched."""
 
     def __init__(
         self,
@@ -107,6 +122,9 @@ class Producer:
         secret_key: str | None = None,
         rpc_hook: AclClientRPCHook | None = None,
         client_instance: ClientInstance | None = None,
+        auto_batch: bool = True,
+        batch_max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        batch_max_bytes: int | None = None,
     ) -> None:
         if not producer_group or len(producer_group) > 255:
             raise ValueError("producer_group must be 1..255 characters")
@@ -155,6 +173,10 @@ class Producer:
         self.enable_msg_trace = enable_msg_trace
         self.custom_trace_topic = custom_trace_topic
         self.tracer: TraceDispatcher | None = None
+        #: auto_batch: the open batches of concurrent single sends
+        self.accumulator = (
+            SendAccumulator(self, batch_max_delay_ms, batch_max_bytes) if auto_batch else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -165,6 +187,16 @@ class Producer:
     @send_latency_fault_enable.setter
     def send_latency_fault_enable(self, on: bool) -> None:
         self.fault_strategy.send_latency_fault_enable = on
+
+    @property
+    def auto_batch(self) -> bool:
+        return self.accumulator is not None
+
+    @property
+    def auto_batch_stats(self) -> dict[str, int]:
+        """SendAccumulator.stats; zeros when auto_batch is off."""
+        a = self.accumulator
+        return a.stats if a is not None else {"batches": 0, "batched": 0, "singles": 0}
 
     @property
     def client_id(self) -> str:
@@ -194,6 +226,8 @@ class Producer:
             self._state = "SHUTDOWN"
             return
         self._state = "STOPPING"
+        if self.accumulator is not None:
+            self.accumulator.flush_all()
         if self._inflight:
             self._idle = asyncio.Event()
             try:
@@ -369,6 +403,11 @@ class Producer:
         on. Raises BrokerError subclasses for broker refusals, RemotingError
         when no broker answered in time, ClientError for bad input."""
         self._check_running()
+        if self.accumulator is not None:
+            retries = self.retry_times_when_send_failed
+            fut = self.accumulator.offer(msg, mq, selector, arg, timeout, retries, None, False)
+            if fut is not None:
+                return await fut
         return await self._send_future(
             self._job(msg, mq, selector, arg), timeout, self.retry_times_when_send_failed
         )
@@ -434,6 +473,11 @@ class Producer:
         A list of messages is sent as a batch. Retried up to
         retry_times_when_send_async_failed times."""
         self._check_running()
+        if self.accumulator is not None and isinstance(msg, Message):
+            retries = self.retry_times_when_send_async_failed
+            fut = self.accumulator.offer(msg, mq, selector, arg, timeout, retries, callback, True)
+            if fut is not None:
+                return fut
         job = self._job(msg if isinstance(msg, Message) else list(msg), mq, selector, arg)
         self._inflight += 1
         return self._send_future(
@@ -510,8 +554,9 @@ class Producer:
         retries: int,
         callback: SendCallback | None = None,
         counted: bool = False,
+        out: asyncio.Future[SendResult] | None = None,
     ) -> asyncio.Future[SendResult]:
-        """A future of the send. The first attempt runs on a response
+        """A future of the send (`out`, when given). The first attempt runs on a response
         callback, with no coroutine, task or timer, when the route, the
         broker address and its connection are at hand (the pipelined hot
         path); anything else, and every retry, goes through _send. The
@@ -520,7 +565,8 @@ class Producer:
         timeout = self.send_msg_timeout if timeout is None else timeout
         topic, uniq, mq, selector = job.topic, job.uniq, job.mq, job.selector
         loop = asyncio.get_running_loop()
-        out: asyncio.Future[SendResult] = loop.create_future()
+        if out is None:
+            out = loop.create_future()
         info = self.topic_publish_info_table.get(topic)
         conn = None
         if (

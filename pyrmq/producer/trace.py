@@ -104,6 +104,9 @@ class TraceDispatcher:
             # connection of its own costs the traced process a socket's
             # reads and writes of its own per trace message
             client_instance=client,
+            # a trace message is a batch of records already; sent as it
+            # always was, one request each (and not traced: no tracer here)
+            auto_batch=False,
         )
         #: a flush is scheduled on the loop (call_soon), not yet run
         self._flush_scheduled = False

@@ -126,7 +126,8 @@ def test_duel(tmp_path: pathlib.Path) -> None:
     if why:
         pytest.skip(why)
     d = duel.run(str(tmp_path), rounds=2, seconds=0.1)
-    assert set(d["systems"]) == {"pyrmq", "redis-everysec"}
+    assert set(d["systems"]) == {"pyrmq", "pyrmq-nobatch", "redis-everysec"}
+    assert d["auto_batch_p50_ratio"] > 0
     for v in d["systems"].values():
         assert len(v["p50_ms_per_round"]) == 2 and v["sends"] > 0
         assert 0 < v["pooled_p50_ms"] <= v["pooled_p99_ms"]
@@ -141,4 +142,33 @@ def test_duel(tmp_path: pathlib.Path) -> None:
     # more than 1% of it
     assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(d["ratio"], rel=0.01, abs=5e-4)
     assert "pyrmq and Redis alternating" in _report.render(suite)
+    assert not list(tmp_path.iterdir()), "data directories were not removed"
+
+
+def test_pipelined_duel(tmp_path: pathlib.Path) -> None:
+    """bench.duel --pipelined: four servers, every system each round, every
+    acknowledged message stored; its two target rows and its section."""
+    why = missing("redis-everysec")
+    if why:
+        pytest.skip(why)
+    d = duel.run_pipelined(str(tmp_path), rounds=2, seconds=0.2, window=128)
+    assert set(d["systems"]) == {name for name, _, _ in duel.PIPELINED}
+    assert d["lost"] == 0
+    for v in d["systems"].values():
+        assert len(v["msgs_per_s_per_round"]) == 2 and v["median_msgs_per_s"] > 0
+    # the auto-batching producers sent batches, the others none
+    stats = d["auto_batch_stats"]
+    assert stats["pyrmq-autobatch"]["batches"] > 0 and stats["pyrmq-single"]["batches"] == 0
+    assert all(len(r["per_round"]) == 2 for r in d["ratios"].values())
+    suite = {
+        "suite": {"quick": True, "budget": dataclasses.asdict(TINY)},
+        "parts": {"3": {"systems": {}, "duel_pipelined": d}},
+        "errors": [],
+    }
+    rows = [t for t in _report.targets(suite) if "auto-batched" in t["target"]]
+    assert [r["ratio"] for r in rows] == [
+        d["ratios"]["autobatch_vs_redis_everysec"]["median"],
+        d["ratios"]["sync_autobatch_vs_redis_always"]["median"],
+    ]
+    assert "auto-batched, beside Redis" in _report.render(suite)
     assert not list(tmp_path.iterdir()), "data directories were not removed"
