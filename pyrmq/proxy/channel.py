@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyrmq.common.errors import RemotingError
 from pyrmq.remoting import RemotingCommand, RemotingServer
 from pyrmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
 from pyrmq.remoting.connection import Connection, answer, answer_later
@@ -46,10 +47,13 @@ class LocalChannel(Connection):
         self.attrs["acl_checked"] = True
         self._open = True
         self._answers: dict[int, asyncio.Future[RemotingCommand]] = {}
-        #: what the broker asks the client (oneway requests), or None
+        #: what the broker tells the client (oneway requests), or None
         self.on_request: Callable[[RemotingCommand], None] | None = None
+        #: what the broker asks the client and awaits (Connection.request:
+        #: GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY), or None
+        self.on_call: Callable[[RemotingCommand, float], Awaitable[RemotingCommand]] | None = None
 
-    async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def call_broker(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """cmd answered by the broker, as a remote client would get it."""
         if not self._open:
             raise ChannelClosed(f"the channel of client {self.client_id} is closed")
@@ -103,6 +107,18 @@ class LocalChannel(Connection):
             handler(cmd)
         except Exception:
             log.exception("proxy: passing request code %d to client %s", cmd.code, self.client_id)
+
+    def request(self, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        """The broker asks the client (the admin's consumerStatus...): the
+        client's answer, over its Telemetry stream (clients.py)."""
+        call = self.on_call
+        if call is None or not self._open:
+            fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+            fut.set_exception(
+                RemotingError(f"5.x client {self.client_id} cannot be asked request {cmd.code}")
+            )
+            return fut
+        return asyncio.ensure_future(call(cmd, timeout))
 
     def hold_reading(self, until: asyncio.Future[Any]) -> None:
         """Nothing to hold: each gRPC request awaits its own answer."""

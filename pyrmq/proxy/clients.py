@@ -16,6 +16,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from pyrmq.common.errors import RemotingError
+from pyrmq.proxy import running_info
 from pyrmq.proxy.channel import LocalChannel
 from pyrmq.proxy.config import ProxyConfig
 from pyrmq.proxy.convert import check_command
@@ -54,7 +56,10 @@ class GrpcClient:
         self.client_id = client_id
         self.channel = LocalChannel(broker.server, client_id, peer)
         self.channel.on_request = self._broker_request
+        self.channel.on_call = self._broker_call
         self.settings: Any = None
+        #: requests to the client awaiting its Telemetry answer, by nonce
+        self._asked: dict[str, asyncio.Future[Any]] = {}
         self.last_seen = time.monotonic()
         self._telemetry: asyncio.Queue[Any] | None = None
         self._broker = broker
@@ -70,14 +75,21 @@ class GrpcClient:
         self._register()
 
     def _register(self) -> None:
-        """Into the broker's producer table under each topic published."""
+        """Into the broker's producer table under each topic published, or
+        its consumer table under the group (mqadmin consumerConnection and
+        consumerStatus then see 5.x consumers too)."""
         s = self.settings
-        if s is None or s.client_type != pb.PRODUCER:
+        if s is None:
             return
-        producers = self._broker.producers
-        for topic in s.publishing.topics:
-            producers.register(self.channel, self.client_id, self.language, 0, topic.name)
-            self._groups.add(topic.name)
+        if s.client_type == pb.PRODUCER:
+            producers = self._broker.producers
+            for topic in s.publishing.topics:
+                producers.register(self.channel, self.client_id, self.language, 0, topic.name)
+                self._groups.add(topic.name)
+        elif s.client_type in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER) and s.subscription.group.name:
+            self._broker.consumers.register(
+                self.channel, self.client_id, self.language, 0, running_info.heartbeat_data(s)
+            )
 
     # -- Telemetry --------------------------------------------------------------
 
@@ -110,6 +122,35 @@ class GrpcClient:
                 )
         else:
             log.debug("proxy: request code %d not passed to 5.x client", cmd.code)
+
+    # -- what the broker asks the client ----------------------------------------
+
+    async def _broker_call(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY, asked of
+        a 5.x client over its Telemetry stream (running_info.py)."""
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return await running_info.running_info(self, cmd, timeout)
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return await running_info.consume_directly(self, cmd, timeout)
+        raise RemotingError(f"request code {cmd.code} is not passed to 5.x clients")
+
+    async def ask(self, command: Any, nonce: str, timeout: float) -> Any:
+        """Send a Telemetry command; the client's answer of that nonce.
+        RemotingError when it has no stream, TimeoutError when it does not
+        answer."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._asked[nonce] = fut
+        try:
+            if not self.send_telemetry(command):
+                raise RemotingError(f"5.x client {self.client_id} has no telemetry stream")
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._asked.pop(nonce, None)
+
+    def answered(self, nonce: str, answer: Any) -> None:
+        fut = self._asked.get(nonce)
+        if fut is not None and not fut.done():
+            fut.set_result(answer)
 
     def close(self) -> None:
         self._broker.producers.channel_closed(self.channel)

@@ -156,8 +156,10 @@ class MessagingService(OffsetRpcs):
             which = cmd.WhichOneof("command")
             if which == "settings":
                 client.send_telemetry(self.clients.settings_answer(client, cmd.settings))
-            elif which in ("thread_stack_trace", "verify_message_result"):
-                log.info("proxy: client %s reported %s", client.client_id, which)
+            elif which == "thread_stack_trace":
+                client.answered(cmd.thread_stack_trace.nonce, cmd.thread_stack_trace)
+            elif which == "verify_message_result":
+                client.answered(cmd.verify_message_result.nonce, cmd)
             else:
                 client.send_telemetry(
                     pb.TelemetryCommand(
@@ -218,7 +220,7 @@ class MessagingService(OffsetRpcs):
                 qid = random.choice(writable)
             cmd = RemotingCommand(RequestCode.SEND_MESSAGE, send_header(o, qid), o.body)
             try:
-                resp = await client.channel.invoke(cmd, cfg.request_timeout)
+                resp = await client.channel.call_broker(cmd, cfg.request_timeout)
             except (TimeoutError, ChannelClosed) as e:
                 entries.append(
                     pb.SendResultEntry(status=status(pb.Code.PROXY_TIMEOUT, f"send: {e}"))
@@ -261,7 +263,7 @@ class MessagingService(OffsetRpcs):
             }
             cmd = RemotingCommand(RequestCode.END_TRANSACTION, header)
             try:
-                resp = await client.channel.invoke(cmd, self.config.request_timeout)
+                resp = await client.channel.call_broker(cmd, self.config.request_timeout)
             except (TimeoutError, ChannelClosed) as e:
                 raise ProxyError(pb.Code.PROXY_TIMEOUT, f"end transaction: {e}") from None
             if resp.code != ResponseCode.SUCCESS:

@@ -8,6 +8,7 @@ crash. Every test compares the sets sent and received."""
 from __future__ import annotations
 
 import collections
+import json
 import subprocess
 import sys
 import time
@@ -257,3 +258,36 @@ def test_4x_pull_and_5x_pop_groups_share_a_topic(
     want = sorted(s["body"] for s in sent)
     assert sorted(o["recv"] for o in received(out)) == want
     assert sorted(r.body.decode() for r in pulled) == want
+
+
+def test_admin_sees_5x_consumers(server: StandaloneServer, clients: Clients) -> None:
+    """mqadmin consumerConnection lists a 5.x SimpleConsumer and
+    consumerStatus answers with what it reported (running_info.py)."""
+    topic, group = make_topic(server, clients), make_group(server)
+    consumer = sdk5.start("simple", endpoint=server.grpc, topic=topic, group=group, want=1,
+                          seconds=WAIT, invisible_s=20, mode="ack", expr="TagZ")  # fmt: skip
+    try:
+        admin_cmd = [sys.executable, "-m", "pyrmq", "admin"]
+        conn_cmd = [*admin_cmd, "consumerConnection", "--json", "-n", server.namesrv, "-g", group]
+        deadline = time.monotonic() + WAIT
+        conns: Any = {}
+        while time.monotonic() < deadline:
+            r = subprocess.run(conn_cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+            if r.returncode == 0:
+                conns = json.loads(r.stdout)
+                if conns.get("connectionSet"):
+                    break
+            time.sleep(0.5)
+        assert [c["language"] for c in conns.get("connectionSet", [])] == ["PYTHON"], (conns, r)
+        assert conns["subscriptionTable"][topic]["subString"] == "TagZ"
+        status_cmd = [*admin_cmd, "consumerStatus", "--json", "-n", server.namesrv, "-g", group]
+        r = subprocess.run(status_cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r
+        (status,) = json.loads(r.stdout)
+        info = status["runningInfo"]
+        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_POP", info
+        assert info["properties"]["PROP_CLIENT_LANGUAGE"] == "PYTHON"
+        assert [s["topic"] for s in info["subscriptionSet"]] == [topic]
+    finally:
+        consumer.kill()
+        consumer.communicate(timeout=30)
