@@ -188,21 +188,10 @@ class PlainAccessValidator:
     def validate(self, peer: str, code: int, ext: Mapping[str, str], body: bytes) -> None:
         """Raise NoPermissionError unless the request may be served. `peer`
         is the connection's "ip:port"."""
-        ip = self._ip(peer)
-        for white in self._global:
-            if white(ip):
-                return
-        ak = ext.get(ACCESS_KEY)
-        if not ak:
-            raise NoPermissionError(
-                f"No accessKey is configured: request code {code} from {ip} is not signed "
-                "and ACL is enabled on this broker"
-            )
-        acc = self._accounts.get(ak)
+        acc = self._account(self._ip(peer), ext.get(ACCESS_KEY), f"request code {code}")
         if acc is None:
-            raise NoPermissionError(f"No acl config for accessKey={ak} (request code {code})")
-        if acc.white(ip):
             return
+        ak = acc.access_key
         if not self._signed(acc, ext, body):
             raise NoPermissionError(
                 f"Check signature failed for accessKey={ak} (request code {code})"
@@ -216,6 +205,29 @@ class PlainAccessValidator:
         except ResourceError as e:
             raise NoPermissionError(f"accessKey={ak}, request code {code}: {e}") from None
         self._authorize(acc, need, f"request code {code}")
+
+    def _account(
+        self,
+        ip: str,
+        ak: str | None,
+        what: str,
+        refuse: type[NoPermissionError] = NoPermissionError,
+    ) -> PlainAccessResource | None:
+        """The account a request is signed for; None when its address is
+        white-listed (globally or for that account: let through unchecked,
+        as RocketMQ does)."""
+        for white in self._global:
+            if white(ip):
+                return None
+        if not ak:
+            raise refuse(
+                f"No accessKey is configured: {what} from {ip} is not signed "
+                "and ACL is enabled on this broker"
+            )
+        acc = self._accounts.get(ak)
+        if acc is None:
+            raise refuse(f"No acl config for accessKey={ak} ({what})")
+        return None if acc.white(ip) else acc
 
     def _authorize(self, acc: PlainAccessResource, need: Mapping[str, int], what: str) -> None:
         if not need or (acc.admin and not acc.perms):
@@ -238,29 +250,23 @@ class PlainAccessValidator:
         AclAuthenticationError when it is not signed by a known account,
         NoPermissionError when the account lacks a right in `need`
         (resource -> PUB/SUB bits, groups as %RETRY%<group>)."""
-        ip = self._ip(peer)
-        for white in self._global:
-            if white(ip):
-                return
         auth = parse_grpc_authorization(metadata.get("authorization", ""))
-        ak = auth.get("Credential", "")
-        if not ak:
-            raise AclAuthenticationError(
-                f"{what} from {ip} is not signed (no {GRPC_AUTH_SCHEME} authorization) and ACL "
-                "is enabled on this broker"
-            )
-        acc = self._accounts.get(ak)
+        acc = self._account(
+            self._ip(peer), auth.get("Credential"), f"{what} ({GRPC_AUTH_SCHEME})",
+            AclAuthenticationError,
+        )  # fmt: skip
         if acc is None:
-            raise AclAuthenticationError(f"No acl config for accessKey={ak} ({what})")
-        if not acc.white(ip):
-            sig = auth.get("Signature", "")
-            date_time = metadata.get("x-mq-date-time", "")
-            if (
-                not sig
-                or not date_time
-                or not hmac.compare_digest(grpc_signature(acc.mac, date_time), sig.lower())
-            ):
-                raise AclAuthenticationError(f"Check signature failed for accessKey={ak} ({what})")
+            return
+        sig = auth.get("Signature", "")
+        date_time = metadata.get("x-mq-date-time", "")
+        if (
+            not sig
+            or not date_time
+            or not hmac.compare_digest(grpc_signature(acc.mac, date_time), sig.lower())
+        ):
+            raise AclAuthenticationError(
+                f"Check signature failed for accessKey={acc.access_key} ({what})"
+            )
         self._authorize(acc, need, what)
 
     @staticmethod

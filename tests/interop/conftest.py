@@ -78,6 +78,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -305,6 +306,17 @@ def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalon
     yield srv
     rc = srv.stop()
     assert rc == 0, f"exit status on SIGTERM: {rc}\n{srv.log_tail(60)}"
+
+
+@pytest.fixture
+def clients(server: StandaloneServer) -> Iterator[Any]:
+    """C++ clients (tests/interop/cpp.py Clients) on the module's server,
+    closed after the test."""
+    from tests.interop.cpp import Clients
+
+    c = Clients(server.namesrv)
+    yield c
+    c.close()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pytest
 
@@ -46,13 +46,6 @@ from .cpp import (
 WAIT = 30.0  # seconds to wait for messages that should arrive promptly
 AUTO_QUEUES = 4  # an auto-created topic: min(C++ defaultTopicQueueNums 4, TBW102's 8)
 EXPLICIT_QUEUES = 8  # differs from AUTO_QUEUES so a test sees that the admin config is used
-
-
-@pytest.fixture
-def clients(server) -> Iterator[Clients]:
-    c = Clients(server.namesrv)
-    yield c
-    c.close()
 
 
 @pytest.fixture(params=["auto", "explicit"])

@@ -350,4 +350,3 @@ def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str
     other = pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)
     r = call(channel, "GetOffset", other, pb.GetOffsetResponse)
     assert r.status.code == pb.Code.BAD_REQUEST and r.status.message
-

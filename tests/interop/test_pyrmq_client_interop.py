@@ -52,7 +52,6 @@ from pyrmq.common.message import SYSFLAG_COMPRESSED
 
 from .cpp import (
     BODY_LEN,
-    Clients,
     Collector,
     Received,
     assert_send_ok,
@@ -240,13 +239,6 @@ class PyClients:
         pending = self.loop.close()
         assert not errors, f"pyrmq client shutdown failed: {errors}"
         assert not pending, f"tasks left pending after shutdown: {pending}"
-
-
-@pytest.fixture
-def clients(server) -> Iterator[Clients]:
-    c = Clients(server.namesrv)
-    yield c
-    c.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,13 +27,6 @@ QUEUES = 4
 @pytest.fixture(scope="module")
 def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
-
-
-@pytest.fixture
-def clients(server: StandaloneServer) -> Iterator[Clients]:
-    c = Clients(server.namesrv)
-    yield c
-    c.close()
 
 
 def admin(server: StandaloneServer, *args: str) -> None:

@@ -9,7 +9,6 @@ import pathlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,13 +23,6 @@ QUEUES = 4
 @pytest.fixture(scope="module")
 def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
-
-
-@pytest.fixture
-def clients(server: StandaloneServer) -> Iterator[Clients]:
-    c = Clients(server.namesrv)
-    yield c
-    c.close()
 
 
 def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "") -> str:

@@ -7,7 +7,6 @@ read from the delivered record's own store time."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ WAIT = 60.0
 @pytest.fixture(scope="module")
 def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
-
-
-@pytest.fixture
-def clients(server: StandaloneServer) -> Iterator[Clients]:
-    c = Clients(server.namesrv)
-    yield c
-    c.close()
 
 
 def read_until(clients: Clients, topic: str, want: int, timeout: float = WAIT) -> list[Any]:
