@@ -17,9 +17,13 @@ import pathlib
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.interop.conftest import StandaloneServer
+    from tests.interop.cpp import Clients
 
 SDK = "rocketmq-python-client==5.1.2"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -76,3 +80,34 @@ def start(verb: str, **args: Any) -> subprocess.Popen[str]:
 
 def parse(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+# -- what the 5.x tests share: topics and groups made with the admin CLI --
+
+QUEUES = 4
+
+
+def admin(server: StandaloneServer, *args: str) -> None:
+    cmd = [sys.executable, "-m", "pyrmq", "admin", *args, "-n", server.namesrv]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r
+
+
+def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "NORMAL") -> str:
+    """A topic of QUEUES queues and that message.type, its route served."""
+    from tests.interop.cpp import unique, wait_route
+
+    name = unique("C5")
+    admin(server, "updateTopic", "-b", server.broker, "-t", name, "-r", str(QUEUES),
+          "-w", str(QUEUES), "-a", f"+message.type={message_type}")  # fmt: skip
+    assert wait_route(clients, name, QUEUES) == QUEUES
+    return name
+
+
+def make_group(server: StandaloneServer, *settings: str) -> str:
+    """A consumer group (updateSubGroup settings, e.g. "-o", "true")."""
+    from tests.interop.cpp import unique
+
+    name = unique("GID5")
+    admin(server, "updateSubGroup", "-b", server.broker, "-g", name, *settings)
+    return name

@@ -19,34 +19,14 @@ import pytest
 from tests.interop import sdk5
 from tests.interop.conftest import REPO, StandaloneServer
 from tests.interop.cpp import Clients, make_message, pull_walk, unique, wait_route
+from tests.interop.sdk5 import make_group, make_topic
 
 WAIT = 60.0
-QUEUES = 4
 
 
 @pytest.fixture(scope="module")
 def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
-
-
-def admin(server: StandaloneServer, *args: str) -> None:
-    cmd = [sys.executable, "-m", "pyrmq", "admin", *args, "-n", server.namesrv]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r
-
-
-def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "NORMAL") -> str:
-    name = unique("C5")
-    admin(server, "updateTopic", "-b", server.broker, "-t", name, "-r", str(QUEUES),
-          "-w", str(QUEUES), "-a", f"+message.type={message_type}")  # fmt: skip
-    assert wait_route(clients, name, QUEUES) == QUEUES
-    return name
-
-
-def make_group(server: StandaloneServer, *settings: str) -> str:
-    name = unique("GID5")
-    admin(server, "updateSubGroup", "-b", server.broker, "-g", name, *settings)
-    return name
 
 
 def send(server: StandaloneServer, topic: str, n: int, **kw: Any) -> list[dict[str, Any]]:

@@ -14,7 +14,8 @@ import pytest
 from tests.interop import sdk5
 from tests.interop.conftest import StandaloneServer
 from tests.interop.cpp import Clients, make_message, pull_walk
-from tests.interop.test_sdk5_consumer import make_group, make_topic, received
+from tests.interop.sdk5 import make_group, make_topic
+from tests.interop.test_sdk5_consumer import received
 
 WAIT = 60.0
 
