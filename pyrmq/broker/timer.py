@@ -81,7 +81,12 @@ class TimerMessageService:
 
     # -- lifecycle -----------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
     async def start(self) -> None:
+        self._current = None
         os.makedirs(self.dir, exist_ok=True)
         path = os.path.join(self.dir, "checkpoint")
         self._checkpoint_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -47,7 +47,14 @@ class ConsumerRpcs:
 
     @property
     def _pop(self) -> PopService:
-        return self.broker.pop
+        pop = self.broker.pop
+        if not pop.running:
+            raise ProxyError(
+                pb.Code.FORBIDDEN,
+                f"broker {self.broker.config.broker_name} is a slave now: POP consumption is "
+                "served by its master",
+            )
+        return pop
 
     def _group(self, resource: Any) -> SubscriptionGroupConfig:
         name = resource.name
@@ -166,6 +173,7 @@ class ConsumerRpcs:
             self.clients.of(context)
             group = self._group(request.group).group_name
             topic = self._topic(request.topic).topic_name
+            pop = self._pop
         except ProxyError as e:
             return pb.AckMessageResponse(status=status(e.code, e.message))
         out = pb.AckMessageResponse()
@@ -175,7 +183,7 @@ class ConsumerRpcs:
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle
             )
             try:
-                self._pop.ack(group, topic, entry.receipt_handle)
+                pop.ack(group, topic, entry.receipt_handle)
                 result.status.CopyFrom(status(OK))
             except InvalidReceiptHandle as e:
                 result.status.CopyFrom(status(pb.Code.INVALID_RECEIPT_HANDLE, str(e)))

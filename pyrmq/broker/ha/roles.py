@@ -169,6 +169,10 @@ class BrokerRoles:
             await b.schedule.start()
         if not b.transactions.started:
             await b.start_transactions()
+        if not b.pop.running:
+            await b.pop.start()
+        if not b.timer.running:
+            await b.timer.start()
         # topics the old master created too shortly before it died for the
         # metadata sync to bring them: routed again, with their messages
         root = b.store_config.store_path_root_dir
@@ -190,6 +194,9 @@ class BrokerRoles:
         if b.schedule.running:
             await b.schedule.shutdown()
         await b.stop_transactions()
+        # POP checkpoints and timed messages are the master's to write
+        await b.pop.shutdown()
+        await b.timer.shutdown()
         if self.ha is not None:
             await self.ha.shutdown()
             self.ha = None

@@ -118,8 +118,14 @@ class PopService:
 
     # -- lifecycle ----------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        """Serving pops: a master's (a slave's store takes no writes)."""
+        return self._task is not None
+
     async def start(self) -> None:
         self.topics.create_system_group_topic(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        self.pending = CheckpointTable()
         self._rebuild()
         self.store.add_arrival_listener(self._arrived)
         self._task = asyncio.get_running_loop().create_task(
