@@ -52,14 +52,10 @@ def test_random_topics_fold_into_other(tmp_path: pathlib.Path) -> None:
                     text, "pyrmq_metrics_label_values", metric="rocketmq_messages_in_total"
                 )
                 assert held == LIMIT + 1
-            # the scrape did not grow with the topics: the series naming a
-            # random topic are the same LIMIT ones, and the text grew by less
-            # than 10 bytes a new topic (an uncapped topic adds a line of 60+;
-            # what may grow is a series of another kind appearing between the
-            # scrapes, such as a sampled latency histogram: 2 KB was seen on a
-            # loaded machine)
+            # the scrape did not grow with the topics (only numbers changed),
+            # and names no random topic past the LIMIT it named at first
+            assert abs(len(second) - len(first)) < 200, (len(first), len(second))
             assert _random_topic_series(second) == _random_topic_series(first)
-            assert len(second) - len(first) < 10 * SECOND, (len(first), len(second))
             assert total(second, "rocketmq_topic_number") >= FIRST + SECOND
 
     asyncio.run(asyncio.wait_for(main(), 240))
