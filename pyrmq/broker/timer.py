@@ -123,7 +123,7 @@ class TimerMessageService:
     async def _run(self) -> None:
         while True:
             try:
-                self.file_new()
+                await self.file_new()
                 await self.deliver_due()
             except asyncio.CancelledError:
                 raise
@@ -142,7 +142,7 @@ class TimerMessageService:
     def _file(self, minute: int) -> str:
         return os.path.join(self.dir, f"{minute}.bin")
 
-    def file_new(self) -> int:
+    async def file_new(self) -> int:
         """File the timer queue's new messages under their minutes; how many."""
         n = 0
         off = self.filed_to
@@ -169,18 +169,23 @@ class TimerMessageService:
                 appends.setdefault(minute, bytearray()).extend(_ENTRY.pack(*entry))
                 n += 1
             off = r.next_begin_offset
-        for minute, data in appends.items():
-            fd = os.open(self._file(minute), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+        if appends:
+            # minute files: appended off the event loop
+            await asyncio.to_thread(self._append, appends)
         if off != self.filed_to:
             self.filed_to = off
             self._save()
         return n
 
     # -- delivery ----------------------------------------------------------------------
+
+    def _append(self, appends: dict[int, bytearray]) -> None:
+        for minute, data in appends.items():
+            fd = os.open(self._file(minute), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
     def _load(self) -> list[tuple[int, int]]:
         try:
@@ -197,7 +202,8 @@ class TimerMessageService:
         n = 0
         for _ in range(CATCH_UP_MINUTES):
             if self._current is None:
-                self._current = self._load()
+                # a busy minute's file is megabytes: read off the event loop
+                self._current = await asyncio.to_thread(self._load)
             cur = self._current
             while cur and cur[0][0] <= now:
                 entry = cur.pop(0)
