@@ -15,6 +15,7 @@ import pytest
 
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.message import (
+    Message,
     MessageExt,
     MessageQueue,
     decode_offset_msg_id,
@@ -23,6 +24,7 @@ from pyrmq.common.results import SendResult
 from pyrmq.producer import Producer
 from pyrmq.remoting import RemotingClient, RequestCode
 from pyrmq.testing import LocalCluster
+from pyrmq.testing.proxy import FaultProxy
 from tests._reading import read_queue
 
 HEX32 = re.compile(r"^[0-9A-F]{32}$")
@@ -87,6 +89,30 @@ async def proxied_broker(c: LocalCluster, store_dir: str, **settings: Any) -> Lo
     store host) as PROXY_IP with the same port; start a FaultProxy on
     PROXY_IP:port before any client uses it."""
     return await second_broker(c, store_dir, broker_ip1=PROXY_IP, **settings)
+
+
+@contextlib.asynccontextmanager
+async def broker_b_behind_proxy(e: Env, tmp_path: Any, topic: str) -> AsyncIterator[FaultProxy]:
+    """broker-b beside e's broker, reached through a FaultProxy on PROXY_IP;
+    `topic` on both with one queue, and e's producer seen to send to both.
+    Yields the proxy (set `refuse` and `reset_all()` to take broker-b's host
+    away); both are stopped after."""
+    b = await proxied_broker(e.cluster, str(tmp_path / "store-b"), broker_name="broker-b")
+    assert b.broker is not None
+    proxy = FaultProxy("127.0.0.1", b.broker.port, listen_host=PROXY_IP, listen_port=b.broker.port)
+    await proxy.start()
+    try:
+        await create_topic(e.api, e.cluster.broker_addr, topic, 1)
+        await create_topic(e.api, listen_addr(b), topic, 1)
+        used = {
+            (await e.producer.send(Message(topic, b"x"))).message_queue.broker_name
+            for _ in range(4)
+        }
+        assert used == {"broker-a", "broker-b"}
+        yield proxy
+    finally:
+        await proxy.shutdown()
+        await b.stop_broker()
 
 
 def listen_addr(c: LocalCluster) -> str:

@@ -20,16 +20,13 @@ from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
 from pyrmq.producer.batching import MAX_COUNT
 from pyrmq.testing import LocalCluster
-from pyrmq.testing.proxy import FaultProxy
 from tests._waiting import wait_until
 from tests.client._producer_env import (
-    PROXY_IP,
     Env,
+    broker_b_behind_proxy,
     create_topic,
     env,
-    listen_addr,
     needs_proxy_ip,
-    proxied_broker,
     pull_all,
     stored_at,
 )
@@ -338,20 +335,7 @@ def test_a_batch_whose_broker_is_down_is_retried_on_another(arun, tmp_path, capl
         kw = {"poll_name_server_interval": 3600, "batch_max_bytes": 2000}
         async with env(tmp_path, producer_kw=kw) as e:
             p = e.producer
-            b = await proxied_broker(e.cluster, str(tmp_path / "store-b"), broker_name="broker-b")
-            assert b.broker is not None
-            proxy = FaultProxy(
-                "127.0.0.1", b.broker.port, listen_host=PROXY_IP, listen_port=b.broker.port
-            )
-            await proxy.start()
-            try:
-                await create_topic(e.api, e.cluster.broker_addr, "AbDownT", 1)
-                await create_topic(e.api, listen_addr(b), "AbDownT", 1)
-                used = {
-                    (await p.send(Message("AbDownT", b"x"))).message_queue.broker_name
-                    for _ in range(4)
-                }
-                assert used == {"broker-a", "broker-b"}
+            async with broker_b_behind_proxy(e, tmp_path, "AbDownT") as proxy:
                 proxy.refuse = True
                 proxy.reset_all()
                 caplog.set_level(logging.INFO, logger="pyrmq.producer")
@@ -378,8 +362,5 @@ def test_a_batch_whose_broker_is_down_is_retried_on_another(arun, tmp_path, capl
                     assert got.count(body) == 1
                     assert by_offset[r.queue_offset].body == body
                     assert by_offset[r.queue_offset].msg_id == r.msg_id
-            finally:
-                await proxy.shutdown()
-                await b.stop_broker()
 
     arun(main())

@@ -29,12 +29,12 @@ from tests._waiting import wait_until
 from tests.client._producer_env import (
     HEX32,
     PROXY_IP,
+    broker_b_behind_proxy,
     create_topic,
     env,
     java_string_hash,
     listen_addr,
     needs_proxy_ip,
-    proxied_broker,
     pull_all,
     second_broker,
     stored_at,
@@ -636,21 +636,7 @@ def test_send_retries_on_another_broker_when_one_is_down(arun, tmp_path, caplog)
     async def main() -> None:
         async with env(tmp_path, producer_kw={"poll_name_server_interval": 3600}) as e:
             p = e.producer
-            b = await proxied_broker(e.cluster, str(tmp_path / "store-b"), broker_name="broker-b")
-            assert b.broker is not None
-            proxy = FaultProxy(
-                "127.0.0.1", b.broker.port, listen_host=PROXY_IP, listen_port=b.broker.port
-            )
-            await proxy.start()
-            try:
-                await create_topic(e.api, e.cluster.broker_addr, "DownT", 1)
-                await create_topic(e.api, listen_addr(b), "DownT", 1)
-                used = {
-                    (await p.send(Message("DownT", b"x"))).message_queue.broker_name
-                    for _ in range(4)
-                }
-                assert used == {"broker-a", "broker-b"}
-                # the host of broker-b goes away: connections reset, new ones refused
+            async with broker_b_behind_proxy(e, tmp_path, "DownT") as proxy:
                 proxy.refuse = True
                 proxy.reset_all()
                 caplog.set_level(logging.INFO, logger="pyrmq.producer")
@@ -673,9 +659,6 @@ def test_send_retries_on_another_broker_when_one_is_down(arun, tmp_path, caplog)
                 bodies = [m.body for m in stored]
                 for i in range(6):
                     assert bodies.count(f"after-{i}".encode()) == 1
-            finally:
-                await proxy.shutdown()
-                await b.stop_broker()
 
     arun(main())
 
