@@ -393,7 +393,7 @@ def _main(argv: list[str] | None) -> int:
     _add_client_tools(sub)
     bench_cli.add_arguments(sub)
     args = p.parse_args(argv)
-    if args.cmd in ("namesrv", "broker", "standalone", "controller"):
+    if args.cmd in ("namesrv", "broker", "standalone", "controller", "proxy"):
         try:
             return serve.main(args)
         except (RMQError, OSError, ValueError) as e:

@@ -77,6 +77,8 @@ def add_arguments(sub: Any) -> None:
     _add_proxy_arguments(br)
     br.add_argument("--ready-file", default=None, help=argparse.SUPPRESS)
 
+    _add_proxy_command(sub)
+
     st = sub.add_parser("standalone", help="run a NameServer and a Broker in one process")
     st.add_argument("--store", default="./pyrmq-store", help="store folder (./pyrmq-store)")
     st.add_argument(
@@ -96,6 +98,35 @@ def add_arguments(sub: Any) -> None:
         "--ready-file",
         default=None,
         help="write {namesrv, broker, pid} as JSON here once listening",
+    )
+
+
+def _add_proxy_command(sub: Any) -> None:
+    px = sub.add_parser(
+        "proxy",
+        help="run RocketMQ 5's gRPC proxy in front of a cluster (its cluster mode; "
+        "the 5.x SDKs connect here)",
+    )
+    px.add_argument(
+        "-n", "--namesrv-addr", default=None, help="name servers, ';'-separated (or namesrvAddr)"
+    )
+    px.add_argument(
+        "-pc",
+        "--proxy-config",
+        default=None,
+        metavar="FILE",
+        help="rmq-proxy.json (namesrvAddr, grpcServerPort, maxMessageSize, "
+        "enableTopicMessageTypeCheck, topicRouteServiceCacheRefreshSeconds, ...)",
+    )
+    px.add_argument("--host", default="0.0.0.0", help="address the gRPC port listens on")
+    px.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="the gRPC port (grpcServerPort; default 8081, 0: any free port)",
+    )
+    px.add_argument(
+        "--ready-file", default=None, help="write {grpc, pid} as JSON here once listening"
     )
 
 
@@ -132,11 +163,12 @@ async def _local_proxy(broker: Broker) -> AsyncIterator[dict[str, str]]:
         yield {}
         return
     from pyrmq.proxy import ProxyConfig
+    from pyrmq.proxy.local import LocalBackend
     from pyrmq.proxy.server import GrpcProxy
 
     cfg = broker.config
     proxy = GrpcProxy(
-        broker,
+        LocalBackend(broker),
         ProxyConfig(
             grpc_server_port=cfg.grpc_server_port,
             listen_host=cfg.listen_host,
@@ -249,6 +281,28 @@ async def run_controller(args: argparse.Namespace) -> int:
         log.info("controller ready: brokers use controllerAddr=%s", ctl.address)
         _ready(args.ready_file, controller=ctl.address)
         await _until_signalled()
+    return 0
+
+
+async def run_proxy(args: argparse.Namespace) -> int:
+    from pyrmq.proxy.cluster import ClusterBackend
+    from pyrmq.proxy.config import load_proxy_json
+    from pyrmq.proxy.server import GrpcProxy
+
+    cfg, namesrv = load_proxy_json(
+        args.proxy_config, {"namesrvAddr": args.namesrv_addr, "grpcServerPort": args.grpc_port}
+    )
+    cfg.listen_host = args.host
+    backend = ClusterBackend(cfg, [a.strip() for a in namesrv.split(";") if a.strip()])
+    proxy = GrpcProxy(backend, cfg)
+    await proxy.start()
+    try:
+        host = args.host if args.host not in ("0.0.0.0", "") else "127.0.0.1"
+        log.info("proxy ready: 5.x clients use %s:%d (name servers %s)", host, proxy.port, namesrv)
+        _ready(args.ready_file, grpc=f"{host}:{proxy.port}")
+        await _until_signalled()
+    finally:
+        await proxy.shutdown()
     return 0
 
 
@@ -365,6 +419,7 @@ def main(args: argparse.Namespace) -> int:
         "broker": run_broker,
         "standalone": run_standalone,
         "controller": run_controller,
+        "proxy": run_proxy,
     }[args.cmd]
 
     async def serve() -> int:

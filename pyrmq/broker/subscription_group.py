@@ -76,6 +76,13 @@ class SubscriptionGroupConfig:
         ("notifyConsumerIdsChangedEnable", "notify_consumer_ids_changed_enable", bool),
     )
 
+    @property
+    def orderly(self) -> bool:
+        """A FIFO group (RocketMQ 5's consumeMessageOrderly, set with
+        ``updateSubGroup -o true``): POP hands out a queue's messages one
+        at a time."""
+        return str(self.extra.get("consumeMessageOrderly", "")).lower() == "true"
+
     def as_json(self) -> dict[str, Any]:
         out = dict(self.extra)
         for key, attr, _ in self._FIELDS:

@@ -1,5 +1,6 @@
 """MQClientAPI: every request a client makes of a name server or a broker,
-as typed coroutines over one RemotingClient (MQClientAPIImpl).
+as typed coroutines over one RemotingClient, or the gRPC proxy's channel
+of one client (MQClientAPIImpl).
 
 Header fields follow docs/rocketmq-remoting-protocol.md §5 (what a Java 4.x
 broker accepts: SEND_MESSAGE_V2's short keys, SEND_BATCH_MESSAGE for
@@ -11,14 +12,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pyrmq.common.errors import BrokerError, QueryNotFoundError, RemotingError
 from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
 from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.topics import TBW102
-from pyrmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 DEFAULT_TOPIC = TBW102
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -47,20 +48,34 @@ def _raise(resp: RemotingCommand, addr: str) -> BrokerError:
     return BrokerError.from_response(resp.code, resp.remark, addr)
 
 
+class Invoker(Protocol):
+    """Where MQClientAPI's requests go: a RemotingClient, or the gRPC
+    proxy's channel of one client (pyrmq/proxy/backend.py)."""
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float = 3.0
+    ) -> RemotingCommand: ...
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None: ...
+
+
 class MQClientAPI:
     """Typed requests. Name-server requests go to the chosen name server and
     move to the next one when it fails (one stays chosen while it works)."""
 
-    def __init__(self, remoting: RemotingClient, namesrv_addrs: Sequence[str]) -> None:
-        if not namesrv_addrs:
-            raise ValueError("no name server address: give namesrv_addr='host:9876[;host2:9876]'")
+    def __init__(self, remoting: Invoker, namesrv_addrs: Sequence[str] = ()) -> None:
+        """Without name servers only the broker requests can be made."""
         self.remoting = remoting
         self.namesrv_addrs = list(namesrv_addrs)
-        self._ns_index = random.randrange(len(self.namesrv_addrs))
+        self._ns_index = random.randrange(len(self.namesrv_addrs)) if self.namesrv_addrs else 0
 
     # -- name server ---------------------------------------------------------------
 
     async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        if not self.namesrv_addrs:
+            raise RemotingError(
+                "no name server address: give namesrv_addr='host:9876[;host2:9876]'"
+            )
         last: Exception | None = None
         n = len(self.namesrv_addrs)
         for i in range(n):

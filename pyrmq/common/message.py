@@ -50,6 +50,9 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 #: a timed message's delay in seconds from its store time
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
+#: RocketMQ 5: a POP-received message's ExtraInfo; pyrmq's broker sets it to the
+#: receipt handle (pyrmq/broker/pop/receipt.py) in a POP_MESSAGE answer
+PROPERTY_POP_CK = "POP_CK"
 #: the sender's address as a 5.x client reports it (ip or ip:port)
 PROPERTY_BORN_HOST = "__BORNHOST"
 #: the 5.x client's born timestamp (ms), kept beside the record's own

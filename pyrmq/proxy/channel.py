@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pyrmq.common.errors import RemotingError
+from pyrmq.proxy.backend import ProxyChannel
 from pyrmq.remoting import RemotingCommand, RemotingServer
 from pyrmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
 from pyrmq.remoting.connection import Connection, answer, answer_later
@@ -34,11 +35,13 @@ class ChannelClosed(Exception):
     """The client's channel closed while its request waited."""
 
 
-class LocalChannel(Connection):
-    """One gRPC client, as a connection the broker's processors answer on."""
+class LocalChannel(Connection, ProxyChannel):
+    """One gRPC client, as a connection the broker's processors answer on.
+    Closing it is a connection closing for the broker (its producer and
+    consumer tables let the client go)."""
 
     def __init__(self, server: RemotingServer, client_id: str, peer: str) -> None:
-        super().__init__(server.handle, name="proxy")
+        super().__init__(server.handle, name="proxy", on_close=server.connection_closed)
         self.client_id = client_id
         self.peer = peer
         #: with aclEnable, the proxy checked each request's 5.x signature
@@ -53,8 +56,9 @@ class LocalChannel(Connection):
         #: GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY), or None
         self.on_call: Callable[[RemotingCommand, float], Awaitable[RemotingCommand]] | None = None
 
-    async def call_broker(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """cmd answered by the broker, as a remote client would get it."""
+    async def call_broker(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """cmd answered by the broker (the one of this process, whatever
+        addr), as a remote client would get it."""
         if not self._open:
             raise ChannelClosed(f"the channel of client {self.client_id} is closed")
         opaque = cmd.opaque = next(_opaques) & 0x7FFFFFFF
@@ -136,6 +140,8 @@ class LocalChannel(Connection):
                 fut.set_exception(ChannelClosed(f"client {self.client_id} went away"))
         if not self.closed.done():
             self.closed.set_result(None)
+        if self._on_close is not None:
+            self._on_close(self)
 
     def abort(self, reason: str) -> None:
         log.info("proxy: closing the channel of client %s: %s", self.client_id, reason)

@@ -1,32 +1,35 @@
 """The gRPC clients the proxy knows (RocketMQ 5 proxy's GrpcChannelManager
 and GrpcClientSettingsManager): each by its ``x-mq-client-id``, with the
-Settings it reported, its Telemetry stream and its LocalChannel into the
-broker.
+Settings it reported, its Telemetry stream and its channel to the brokers
+(backend.py).
 
-A producer is registered in the broker's producer table under each topic it
-publishes (5.x producers have no group; the topic stands for one, as in
-RocketMQ 5), so the transaction check-back reaches it: the broker's
-CHECK_TRANSACTION_STATE arrives on the LocalChannel and leaves on the
-client's Telemetry stream as a RecoverOrphanedTransactionCommand."""
+Each client is registered with the brokers of its topics by the HEART_BEAT
+a 4.x client would send on that channel, at its Settings and at each of its
+Heartbeats: a producer under each topic it publishes (5.x producers have no
+group; the topic stands for one, as in RocketMQ 5), so the transaction
+check-back reaches it (the broker's CHECK_TRANSACTION_STATE arrives on the
+channel and leaves on the client's Telemetry stream as a
+RecoverOrphanedTransactionCommand); a consumer under its group, so mqadmin
+consumerConnection and consumerStatus see 5.x consumers too."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import RemotingError
 from pyrmq.proxy import running_info
-from pyrmq.proxy.channel import LocalChannel
+from pyrmq.proxy.backend import Backend, ChannelInvoker, TopicView
+from pyrmq.proxy.channel import ChannelClosed
 from pyrmq.proxy.config import ProxyConfig
 from pyrmq.proxy.convert import check_command
 from pyrmq.proxy.errors import ProxyError
 from pyrmq.proxy.protocol import OK, pb, set_duration_ms, status
-from pyrmq.remoting import RemotingCommand, RequestCode
-
-if TYPE_CHECKING:
-    from pyrmq.broker.broker import Broker
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 log = logging.getLogger("pyrmq.proxy")
 
@@ -49,47 +52,80 @@ _LANGUAGE = {
 
 
 class GrpcClient:
-    """One 5.x client: its channel into the broker and its Telemetry."""
+    """One 5.x client: its channel to the brokers and its Telemetry."""
 
-    def __init__(self, broker: Broker, client_id: str, peer: str) -> None:
-        assert broker.server is not None
+    def __init__(self, backend: Backend, config: ProxyConfig, client_id: str, peer: str) -> None:
         self.client_id = client_id
-        self.channel = LocalChannel(broker.server, client_id, peer)
+        self.channel = backend.channel(client_id, peer)
         self.channel.on_request = self._broker_request
         self.channel.on_call = self._broker_call
+        #: the broker requests of a 4.x client, on this client's channel
+        self.api = MQClientAPI(ChannelInvoker(self.channel))
         self.settings: Any = None
         #: requests to the client awaiting its Telemetry answer, by nonce
         self._asked: dict[str, asyncio.Future[Any]] = {}
         self.last_seen = time.monotonic()
         self._telemetry: asyncio.Queue[Any] | None = None
-        self._broker = broker
-        self._groups: set[str] = set()
+        self._backend = backend
+        self._config = config
 
     @property
     def language(self) -> str:
         s = self.settings
         return _LANGUAGE.get(s.user_agent.language, "OTHER") if s is not None else "OTHER"
 
-    def heartbeat(self, request: Any = None) -> None:
+    async def heartbeat(self) -> None:
         self.last_seen = time.monotonic()
-        self._register()
+        await self._register()
 
-    def _register(self) -> None:
-        """Into the broker's producer table under each topic published, or
-        its consumer table under the group (mqadmin consumerConnection and
-        consumerStatus then see 5.x consumers too)."""
+    async def _topics(self) -> list[TopicView]:
+        """The topics the client publishes or subscribes to, as the
+        brokers route them (those that exist)."""
+        s = self.settings
+        if s is None:
+            return []
+        names = (
+            [t.name for t in s.publishing.topics]
+            if s.client_type == pb.PRODUCER
+            else [e.topic.name for e in s.subscription.subscriptions]
+        )
+        views = []
+        for name in dict.fromkeys(names):
+            try:
+                views.append(await self._backend.topic(name))
+            except ProxyError:
+                continue
+        return views
+
+    async def _register(self) -> None:
+        """HEART_BEAT to every master broker of the client's topics."""
         s = self.settings
         if s is None:
             return
+        views = await self._topics()
+        data: dict[str, Any] = {"clientID": self.client_id}
         if s.client_type == pb.PRODUCER:
-            producers = self._broker.producers
-            for topic in s.publishing.topics:
-                producers.register(self.channel, self.client_id, self.language, 0, topic.name)
-                self._groups.add(topic.name)
+            data["producerDataSet"] = [{"groupName": v.name} for v in views]
         elif s.client_type in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER) and s.subscription.group.name:
-            self._broker.consumers.register(
-                self.channel, self.client_id, self.language, 0, running_info.heartbeat_data(s)
-            )
+            data["consumerDataSet"] = [running_info.heartbeat_data(s)]
+        else:
+            return
+        addrs = {q.addr for v in views for q in v.queues}
+        body = json.dumps(data).encode()
+        for addr in sorted(addrs):
+            cmd = RemotingCommand(RequestCode.HEART_BEAT, {}, body, language=self.language)
+            try:
+                resp = await self.channel.call_broker(addr, cmd, self._config.request_timeout)
+            except (TimeoutError, ChannelClosed, RemotingError) as e:
+                log.info("proxy: heartbeat of client %s to %s: %s", self.client_id, addr, e)
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                log.info(
+                    "proxy: broker %s refused the heartbeat of client %s: %s",
+                    addr,
+                    self.client_id,
+                    resp.remark,
+                )
 
     # -- Telemetry --------------------------------------------------------------
 
@@ -153,14 +189,13 @@ class GrpcClient:
             fut.set_result(answer)
 
     def close(self) -> None:
-        self._broker.producers.channel_closed(self.channel)
-        self._broker.consumers.channel_closed(self.channel)
+        """The brokers forget the client with its channel."""
         self.channel.close()
 
 
 class ClientRegistry:
-    def __init__(self, broker: Broker, config: ProxyConfig) -> None:
-        self.broker = broker
+    def __init__(self, backend: Backend, config: ProxyConfig) -> None:
+        self.backend = backend
         self.config = config
         self.clients: dict[str, GrpcClient] = {}
 
@@ -180,7 +215,9 @@ class ClientRegistry:
                     pb.Code.TOO_MANY_REQUESTS,
                     f"the proxy serves {self.config.max_clients} clients at most (maxClients)",
                 )
-            c = self.clients[client_id] = GrpcClient(self.broker, client_id, peer_of(context))
+            c = self.clients[client_id] = GrpcClient(
+                self.backend, self.config, client_id, peer_of(context)
+            )
         c.last_seen = time.monotonic()
         return c
 
@@ -207,11 +244,11 @@ class ClientRegistry:
             c.close()
         self.clients.clear()
 
-    def settings_answer(self, client: GrpcClient, settings: Any) -> Any:
+    async def settings_answer(self, client: GrpcClient, settings: Any) -> Any:
         """The Settings the proxy answers a client's Settings with: the
         client's own, with the server's policies filled in."""
         client.settings = settings
-        client.heartbeat()
+        await client.heartbeat()
         out = pb.Settings()
         out.CopyFrom(settings)
         if settings.client_type == pb.PRODUCER:
@@ -223,23 +260,30 @@ class ClientRegistry:
             out.publishing.max_body_size = self.config.max_message_size
             out.publishing.validate_message_type = self.config.topic_message_type_check
         elif settings.client_type in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER):
-            self._consumer_settings(out)
+            await self._consumer_settings(out)
         out.metric.on = False
         return pb.TelemetryCommand(status=status(OK), settings=out)
 
-    def _consumer_settings(self, out: Any) -> None:
+    async def _consumer_settings(self, out: Any) -> None:
         """A consumer's: its group's retry policy (retryMaxTimes + 1
         attempts, a second doubling up to a minute between them), whether it
         is a FIFO group (consumeMessageOrderly), and RocketMQ 5's receive
         batch and long polling defaults."""
         sub = out.subscription
-        sgc = self.broker.groups.find(sub.group.name) if sub.group.name else None
+        sgc = None
+        if sub.group.name:
+            first = sub.subscriptions[0].topic.name if sub.subscriptions else ""
+            try:
+                view = await self.backend.topic(first) if first else None
+                sgc = await self.backend.group(sub.group.name, view)
+            except ProxyError:
+                sgc = None
         policy = out.backoff_policy
         policy.max_attempts = (sgc.retry_max_times if sgc is not None else 16) + 1
         set_duration_ms(policy.exponential_backoff.initial, 1000)
         set_duration_ms(policy.exponential_backoff.max, 60_000)
         policy.exponential_backoff.multiplier = 2.0
-        sub.fifo = sgc is not None and self.broker.pop.orderly(sgc.group_name)
+        sub.fifo = sgc is not None and sgc.orderly
         sub.receive_batch_size = 32
         set_duration_ms(sub.long_polling_timeout, 20_000)
 

@@ -1,63 +1,84 @@
 """The pull consumers' RPCs of MessagingService (5.x PullConsumer /
 LitePullConsumer): PullMessage at an offset of one queue, and the group's
-offsets (UpdateOffset, GetOffset) and the queue's (QueryOffset), over the
-broker's store and consumer offsets."""
+offsets (UpdateOffset, GetOffset) and the queue's (QueryOffset), as the
+PULL_MESSAGE, UPDATE/QUERY_CONSUMER_OFFSET, GET_MIN/MAX_OFFSET and
+SEARCH_OFFSET_BY_TIMESTAMP a 4.x client sends (pyrmq/client/api.py), to
+the broker of the queue."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pyrmq.broker.topic_config import TopicConfig
-from pyrmq.common.message import decode_messages
+from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
+from pyrmq.common.errors import BrokerError, RemotingError
+from pyrmq.common.message import MessageQueue
+from pyrmq.common.results import PullStatus
+from pyrmq.proxy.backend import QueueRef, TopicView
+from pyrmq.proxy.channel import ChannelClosed
+from pyrmq.proxy.clients import GrpcClient
 from pyrmq.proxy.consumer import MAX_BATCH, MAX_POLLING_MS, ConsumerRpcs, filter_subscription
 from pyrmq.proxy.convert import incoming
-from pyrmq.proxy.errors import ProxyError
+from pyrmq.proxy.errors import ProxyError, from_broker
 from pyrmq.proxy.protocol import OK, duration_ms, pb, status, timestamp_ms
 
-if TYPE_CHECKING:
-    from pyrmq.broker.subscription_group import SubscriptionGroupConfig
+#: what a broker's failure to answer is for the client
+_UNREACHED = (TimeoutError, ChannelClosed, RemotingError)
 
 
 class OffsetRpcs(ConsumerRpcs):
     """Mixed into MessagingService (service.py)."""
 
-    def _queue_of(self, mq: Any) -> tuple[TopicConfig, int]:
-        tc = self._topic(mq.topic)
-        if not 0 <= mq.id < tc.read_queue_nums:
-            raise ProxyError(
-                pb.Code.BAD_REQUEST,
-                f"queue {mq.id} of {tc.topic_name}: it has {tc.read_queue_nums} readable queues",
-            )
-        return tc, mq.id
+    async def _queue_of(self, mq: Any) -> tuple[TopicView, QueueRef]:
+        view = await self._topic(mq.topic)
+        for q in view.queues:
+            if q.queue_id == mq.id and q.readable and q.broker_name == mq.broker.name:
+                return view, q
+        raise ProxyError(
+            pb.Code.BAD_REQUEST,
+            f"{view.name} has no readable queue {mq.id} on broker {mq.broker.name!r}",
+        )
 
-    def _group_and_queue(
+    async def _group_and_queue(
         self, request: Any, context: Any
-    ) -> tuple[SubscriptionGroupConfig, str, int]:
-        self.clients.of(context)
-        sgc = self._group(request.group)
-        tc, qid = self._queue_of(request.message_queue)
-        return sgc, tc.topic_name, qid
+    ) -> tuple[GrpcClient, str, QueueRef, MessageQueue]:
+        client = self.clients.of(context)
+        view, q = await self._queue_of(request.message_queue)
+        group = (await self._group(request.group, view)).group_name
+        return client, group, q, MessageQueue(view.name, q.broker_name, q.queue_id)
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
         try:
-            sgc, topic, qid = self._group_and_queue(request, context)
+            client, group, q, mq = await self._group_and_queue(request, context)
             if request.offset < 0:
                 raise ProxyError(pb.Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.offsets.commit_offset(sgc.group_name, topic, qid, request.offset)
+            try:
+                await client.api.update_consumer_offset(
+                    q.addr, group, mq, request.offset, self.config.request_timeout
+                )
+            except BrokerError as e:
+                raise from_broker(e, "update offset") from None
+            except _UNREACHED as e:
+                raise ProxyError(pb.Code.PROXY_TIMEOUT, f"update offset: {e}") from None
         except ProxyError as e:
             return pb.UpdateOffsetResponse(status=status(e.code, e.message))
         return pb.UpdateOffsetResponse(status=status(OK))
 
     async def GetOffset(self, request: Any, context: Any) -> Any:
         try:
-            sgc, topic, qid = self._group_and_queue(request, context)
-            off = self.broker.offsets.query_offset(sgc.group_name, topic, qid)
-            if off < 0:
+            client, group, q, mq = await self._group_and_queue(request, context)
+            try:
+                off = await client.api.query_consumer_offset(
+                    q.addr, group, mq, self.config.request_timeout
+                )
+            except BrokerError as e:
+                raise from_broker(e, "get offset") from None
+            except _UNREACHED as e:
+                raise ProxyError(pb.Code.PROXY_TIMEOUT, f"get offset: {e}") from None
+            if off is None or off < 0:
                 raise ProxyError(
                     pb.Code.OFFSET_NOT_FOUND,
-                    f"group {sgc.group_name} has no offset of {topic} queue {qid}",
+                    f"group {group} has no offset of {mq.topic} queue {mq.queue_id}",
                 )
         except ProxyError as e:
             return pb.GetOffsetResponse(status=status(e.code, e.message))
@@ -65,27 +86,33 @@ class OffsetRpcs(ConsumerRpcs):
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
         try:
-            self.clients.of(context)
-            tc, qid = self._queue_of(request.message_queue)
-            store = self.broker.pop.store
+            client = self.clients.of(context)
+            view, q = await self._queue_of(request.message_queue)
+            mq = MessageQueue(view.name, q.broker_name, q.queue_id)
+            api, timeout = client.api, self.config.request_timeout
             policy = request.query_offset_policy
-            if policy == pb.BEGINNING:
-                off = store.min_offset_in_queue(tc.topic_name, qid)
-            elif policy == pb.END:
-                off = store.max_offset_in_queue(tc.topic_name, qid)
-            else:
-                if not request.HasField("timestamp"):
-                    raise ProxyError(pb.Code.BAD_REQUEST, "TIMESTAMP policy without a timestamp")
-                ms = timestamp_ms(request.timestamp)
-                off = store.offset_in_queue_by_time(tc.topic_name, qid, ms)
+            if policy not in (pb.BEGINNING, pb.END) and not request.HasField("timestamp"):
+                raise ProxyError(pb.Code.BAD_REQUEST, "TIMESTAMP policy without a timestamp")
+            try:
+                if policy == pb.BEGINNING:
+                    off = await api.get_min_offset(q.addr, mq, timeout)
+                elif policy == pb.END:
+                    off = await api.get_max_offset(q.addr, mq, timeout)
+                else:
+                    ms = timestamp_ms(request.timestamp)
+                    off = await api.search_offset(q.addr, mq, ms, timeout)
+            except BrokerError as e:
+                raise from_broker(e, "query offset") from None
+            except _UNREACHED as e:
+                raise ProxyError(pb.Code.PROXY_TIMEOUT, f"query offset: {e}") from None
         except ProxyError as e:
             return pb.QueryOffsetResponse(status=status(e.code, e.message))
         return pb.QueryOffsetResponse(status=status(OK), offset=off)
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
-            _, topic, qid = self._group_and_queue(request, context)
-            sub = filter_subscription(topic, request.filter_expression)
+            client, group, q, mq = await self._group_and_queue(request, context)
+            sub = filter_subscription(mq.topic, request.filter_expression)
             if request.offset < 0:
                 raise ProxyError(pb.Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
             if not 0 < request.batch_size <= MAX_BATCH:
@@ -96,27 +123,36 @@ class OffsetRpcs(ConsumerRpcs):
                     pb.Code.ILLEGAL_POLLING_TIME,
                     f"long_polling_timeout must be 0..{MAX_POLLING_MS} ms",
                 )
+            budget = self._polling_budget(polling, context)
+            try:
+                r = await client.api.pull_message(
+                    q.addr,
+                    mq,
+                    consumer_group=group,
+                    queue_offset=request.offset,
+                    max_msg_nums=request.batch_size,
+                    sys_flag=PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION,
+                    commit_offset=0,
+                    suspend_timeout_ms=int(budget * 1000),
+                    subscription=sub.sub_string,
+                    sub_version=0,
+                    timeout=budget + self.config.request_timeout,
+                    expression_type=sub.expression_type,
+                )
+            except BrokerError as e:
+                raise from_broker(e, "pull") from None
+            except _UNREACHED as e:
+                raise ProxyError(pb.Code.PROXY_TIMEOUT, f"pull: {e}") from None
         except ProxyError as e:
             yield pb.PullMessageResponse(status=status(e.code, e.message))
             return
-        store = self.broker.pop.store
-        left = context.time_remaining()
-        budget = polling / 1000 if left is None else min(polling / 1000, max(left - 1.0, 0.0))
-        deadline = time.monotonic() + budget
-        offset = request.offset
-        found: list[Any] = []
-        next_offset = offset
-        while True:
-            r = store.get_message(topic, qid, offset, request.batch_size, sub.code_set or None)
-            if r.ranges:
-                found = [
-                    m for m in decode_messages(store.read(r.ranges)) if sub.accepts(m.properties)
-                ]
-            next_offset = max(r.next_begin_offset, offset)
-            wait = deadline - time.monotonic()
-            if found or wait <= 0 or (next_offset > offset and not r.ranges):
-                break
-            await self.broker.pop.wait_arrival([topic], wait)
+        next_offset = max(r.next_begin_offset, request.offset)
+        # as a 4.x client does: a tag's hash may match another tag's
+        found = [
+            m
+            for m in (r.msg_found_list if r.pull_status is PullStatus.FOUND else [])
+            if sub.accepts(m.properties)
+        ]
         if not found:
             yield pb.PullMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
             yield pb.PullMessageResponse(next_offset=next_offset)

@@ -1,5 +1,6 @@
-"""GrpcProxy: the gRPC server of RocketMQ 5's MessagingService, inside the
-broker's event loop (grpc.aio)."""
+"""GrpcProxy: the gRPC server of RocketMQ 5's MessagingService (grpc.aio),
+over a Backend: inside the broker's event loop in local mode, in a process
+of its own in cluster mode (backend.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -15,12 +16,10 @@ from google.protobuf.message import DecodeError
 from pyrmq.acl import PlainAccessValidator
 from pyrmq.common.errors import ClientError
 from pyrmq.proxy import auth
+from pyrmq.proxy.backend import Backend
 from pyrmq.proxy.config import ProxyConfig
 from pyrmq.proxy.protocol import SERVICE, pb
 from pyrmq.proxy.service import MessagingService
-
-if TYPE_CHECKING:
-    from pyrmq.broker.broker import Broker
 
 log = logging.getLogger("pyrmq.proxy")
 
@@ -169,10 +168,10 @@ class GrpcProxy:
     """`await proxy.start()` listens on config.grpc_server_port (0: any;
     the port taken is `port`); `await proxy.shutdown()`."""
 
-    def __init__(self, broker: Broker, config: ProxyConfig) -> None:
-        self.broker = broker
+    def __init__(self, backend: Backend, config: ProxyConfig) -> None:
+        self.backend = backend
         self.config = config
-        self.service = MessagingService(broker, config)
+        self.service = MessagingService(backend, config)
         self.port = config.grpc_server_port
         self._server: grpc.aio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -184,8 +183,13 @@ class GrpcProxy:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        server.add_generic_rpc_handlers((handlers(self.service, self.broker.acl),))
+        await self.backend.start()
+        server.add_generic_rpc_handlers((handlers(self.service, self.backend.acl),))
         addr = f"{self.config.listen_host}:{self.config.grpc_server_port}"
+        if not 0 <= self.config.grpc_server_port <= 65535:
+            raise ClientError(
+                f"grpcServerPort {self.config.grpc_server_port} is not a port (0-65535)"
+            )
         try:
             port = server.add_insecure_port(addr)
         except RuntimeError as e:
@@ -198,7 +202,12 @@ class GrpcProxy:
         self._sweeper = asyncio.get_running_loop().create_task(
             self._sweep(), name="pyrmq:proxy:sweep"
         )
-        log.info("proxy: gRPC MessagingService on %s:%d", self.config.listen_host, port)
+        log.info(
+            "proxy: gRPC MessagingService on %s:%d (%s mode)",
+            self.config.listen_host,
+            port,
+            self.backend.mode,
+        )
 
     async def _sweep(self) -> None:
         while True:
@@ -215,3 +224,4 @@ class GrpcProxy:
         if server is not None:
             await server.stop(grace=1.0)
         self.service.clients.close_all()
+        await self.backend.shutdown()

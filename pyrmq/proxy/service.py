@@ -1,9 +1,11 @@
-"""MessagingService: RocketMQ 5's gRPC API over the broker in this process.
+"""MessagingService: RocketMQ 5's gRPC API over the brokers of a Backend
+(backend.py: the broker of this process, or a cluster's).
 
-Each RPC is turned into what the broker already serves: a send into
-SEND_MESSAGE, an EndTransaction into END_TRANSACTION, a producer's Settings
-into its registration in the broker's producer table (so the transaction
-check-back finds it and asks over its Telemetry stream). Answers carry a
+Each RPC is turned into what the brokers already serve: a send into
+SEND_MESSAGE to a broker of the topic, an EndTransaction into
+END_TRANSACTION to the broker that holds the half message, a producer's
+Settings into its HEART_BEAT (so the transaction check-back finds it and
+asks over its Telemetry stream). Answers carry a
 ``Status`` as RocketMQ 5's proxy writes them; the gRPC call itself fails
 only for a request that cannot be read (INVALID_ARGUMENT) or a client that
 sent no ``x-mq-client-id`` where one is needed."""
@@ -15,38 +17,23 @@ import logging
 import random
 import zlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
-from pyrmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from pyrmq.common.errors import RemotingError
+from pyrmq.common.message import decode_offset_msg_id
+from pyrmq.proxy.backend import Backend, QueueRef, TopicView, check_names
 from pyrmq.proxy.channel import ChannelClosed
 from pyrmq.proxy.clients import ClientRegistry, GrpcClient
 from pyrmq.proxy.config import ProxyConfig
 from pyrmq.proxy.convert import outgoing, parse_transaction_id, send_header, transaction_id
-from pyrmq.proxy.errors import ProxyError
+from pyrmq.proxy.errors import ProxyError, code_of
 from pyrmq.proxy.offsets import OffsetRpcs
 from pyrmq.proxy.protocol import OK, pb, status
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
-if TYPE_CHECKING:
-    from pyrmq.broker.broker import Broker
-
 log = logging.getLogger("pyrmq.proxy")
-
-#: a 4.x answer code as the 5.x status a client gets (RocketMQ 5 proxy's
-#: ResponseCode -> Code mapping for sends and transactions)
-_CODES: dict[int, int] = {
-    ResponseCode.SUCCESS: pb.Code.OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: pb.Code.MASTER_PERSISTENCE_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.Code.SLAVE_PERSISTENCE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: pb.Code.HA_NOT_AVAILABLE,
-    ResponseCode.TOPIC_NOT_EXIST: pb.Code.TOPIC_NOT_FOUND,
-    ResponseCode.MESSAGE_ILLEGAL: pb.Code.BAD_REQUEST,
-    ResponseCode.NO_PERMISSION: pb.Code.FORBIDDEN,
-    ResponseCode.SYSTEM_BUSY: pb.Code.TOO_MANY_REQUESTS,
-    ResponseCode.SERVICE_NOT_AVAILABLE: pb.Code.PROXY_TIMEOUT,
-}
 
 _MESSAGE_TYPES = {
     "NORMAL": [pb.NORMAL],
@@ -57,52 +44,60 @@ _MESSAGE_TYPES = {
 }
 
 
-def code_of(response: RemotingCommand) -> int:
-    return _CODES.get(response.code, pb.Code.INTERNAL_SERVER_ERROR)
-
-
-def accept_types(tc: TopicConfig) -> list[int]:
+def accept_types(message_type: str) -> list[int]:
     """The 5.x message types a topic takes, by its message.type attribute
-    (NORMAL when it has none, as RocketMQ 5 reads it)."""
-    return _MESSAGE_TYPES.get(tc.message_type, [pb.MESSAGE_TYPE_UNSPECIFIED])
+    (NORMAL when it has none, as RocketMQ 5 reads it; any when the brokers
+    do not say)."""
+    return _MESSAGE_TYPES.get(message_type or "MIXED", [pb.MESSAGE_TYPE_UNSPECIFIED])
 
 
 class MessagingService(OffsetRpcs):
     """One method per RPC, by its name (server.handlers maps them); the
     consuming ones are in consumer.py, the pull consumers' in offsets.py."""
 
-    def __init__(self, broker: Broker, config: ProxyConfig) -> None:
-        self.broker = broker
+    def __init__(self, backend: Backend, config: ProxyConfig) -> None:
+        self.backend = backend
         self.config = config
-        self.clients = ClientRegistry(broker, config)
+        self.clients = ClientRegistry(backend, config)
 
     # -- helpers ------------------------------------------------------------
 
     def _client(self, context: grpc.aio.ServicerContext) -> GrpcClient:
         return self.clients.of(context)
 
-    def _topic(self, resource: Any) -> TopicConfig:
-        name = resource.name
-        if not name:
-            raise ProxyError(pb.Code.ILLEGAL_TOPIC, "topic name cannot be empty")
-        tc = self.broker.topics.get(name)
-        if tc is None:
-            raise ProxyError(pb.Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
-        return tc
+    async def _topic(self, resource: Any) -> TopicView:
+        check_names(topic=resource.name)
+        return await self.backend.topic(resource.name)
 
-    def _queue(self, tc: TopicConfig, qid: int, endpoints: Any) -> Any:
+    async def _call(
+        self, client: GrpcClient, addr: str, cmd: RemotingCommand, what: str, timeout: float = 0
+    ) -> RemotingCommand:
+        """cmd answered by the broker at addr on the client's channel; a
+        broker that does not answer is PROXY_TIMEOUT."""
+        try:
+            return await client.channel.call_broker(
+                addr, cmd, timeout or self.config.request_timeout
+            )
+        except (TimeoutError, ChannelClosed, RemotingError) as e:
+            raise ProxyError(pb.Code.PROXY_TIMEOUT, f"{what}: broker {addr}: {e}") from None
+
+    def _queue(self, view: TopicView, q: QueueRef, endpoints: Any) -> Any:
         mq = pb.MessageQueue()
-        mq.topic.name = tc.topic_name
-        mq.id = qid
-        read = tc.perm & PERM_READ and qid < tc.read_queue_nums
-        write = tc.perm & PERM_WRITE and qid < tc.write_queue_nums
+        mq.topic.name = view.name
+        mq.id = q.queue_id
         mq.permission = (
-            pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
+            pb.READ_WRITE
+            if q.readable and q.writable
+            else pb.READ
+            if q.readable
+            else pb.WRITE
+            if q.writable
+            else pb.NONE
         )
-        mq.broker.name = self.broker.config.broker_name
+        mq.broker.name = q.broker_name
         mq.broker.id = 0
         mq.broker.endpoints.CopyFrom(endpoints)
-        mq.accept_message_types.extend(accept_types(tc))
+        mq.accept_message_types.extend(accept_types(view.message_type))
         return mq
 
     # -- route and clients --------------------------------------------------
@@ -111,15 +106,15 @@ class MessagingService(OffsetRpcs):
         try:
             if not request.endpoints.addresses:
                 raise ProxyError(pb.Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
-            tc = self._topic(request.topic)
-            queues = [self._queue(tc, q, request.endpoints) for q in range(tc.queue_nums)]
+            view = await self._topic(request.topic)
+            queues = [self._queue(view, q, request.endpoints) for q in view.queues]
         except ProxyError as e:
             return pb.QueryRouteResponse(status=status(e.code, e.message))
         return pb.QueryRouteResponse(status=status(OK), message_queues=queues)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
         try:
-            self._client(context).heartbeat(request)
+            await self._client(context).heartbeat()
         except ProxyError as e:
             return pb.HeartbeatResponse(status=status(e.code, e.message))
         return pb.HeartbeatResponse(status=status(OK))
@@ -155,7 +150,7 @@ class MessagingService(OffsetRpcs):
         async for cmd in commands:
             which = cmd.WhichOneof("command")
             if which == "settings":
-                client.send_telemetry(self.clients.settings_answer(client, cmd.settings))
+                client.send_telemetry(await self.clients.settings_answer(client, cmd.settings))
             elif which == "thread_stack_trace":
                 client.answered(cmd.thread_stack_trace.nonce, cmd.thread_stack_trace)
             elif which == "verify_message_result":
@@ -193,40 +188,38 @@ class MessagingService(OffsetRpcs):
         first = request.messages[0].topic
         if any(m.topic != first for m in request.messages):
             raise ProxyError(pb.Code.MESSAGE_CORRUPTED, "topic in message is not same")
-        tc = self._topic(first)
-        writable = [q for q in range(tc.write_queue_nums)] if tc.perm & PERM_WRITE else []
+        view = await self._topic(first)
+        writable = view.writable()
         if not writable:
-            raise ProxyError(pb.Code.FORBIDDEN, f"topic {tc.topic_name!r} takes no writes")
+            raise ProxyError(pb.Code.FORBIDDEN, f"topic {view.name!r} takes no writes")
         cfg = self.config
         outs = [
             outgoing(m, max_body=cfg.max_message_size, max_delay_ms=cfg.max_delay_ms)
             for m in request.messages
         ]
-        allowed = accept_types(tc)
+        allowed = accept_types(view.message_type)
         for o in outs:
             if cfg.topic_message_type_check and o.message_type not in allowed:
                 raise ProxyError(
                     pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                     f"current message type {pb.MessageType.Name(o.message_type)} does not match "
-                    f"topic {tc.topic_name}'s message.type "
+                    f"topic {view.name}'s message.type "
                     f"{'/'.join(pb.MessageType.Name(t) for t in allowed)}",
                 )
         entries = []
         for o in outs:
             if o.message_group and len(outs) == 1:
                 # one group, one queue: FIFO order is per queue
-                qid = writable[_group_hash(o.message_group) % len(writable)]
+                q = writable[_group_hash(o.message_group) % len(writable)]
             else:
-                qid = random.choice(writable)
-            cmd = RemotingCommand(RequestCode.SEND_MESSAGE, send_header(o, qid), o.body)
+                q = random.choice(writable)
+            cmd = RemotingCommand(RequestCode.SEND_MESSAGE, send_header(o, q.queue_id), o.body)
             try:
-                resp = await client.channel.call_broker(cmd, cfg.request_timeout)
-            except (TimeoutError, ChannelClosed) as e:
-                entries.append(
-                    pb.SendResultEntry(status=status(pb.Code.PROXY_TIMEOUT, f"send: {e}"))
-                )
+                resp = await self._call(client, q.addr, cmd, "send")
+            except ProxyError as e:
+                entries.append(pb.SendResultEntry(status=status(e.code, e.message)))
                 continue
-            code = code_of(resp)
+            code = code_of(resp.code)
             if code != OK:
                 entries.append(
                     pb.SendResultEntry(status=status(code, resp.remark or pb.Code.Name(code)))
@@ -246,12 +239,20 @@ class MessagingService(OffsetRpcs):
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         try:
             client = self._client(context)
-            tc = self._topic(request.topic)
+            view = await self._topic(request.topic)
             if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
                 raise ProxyError(pb.Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
             clog, table, offset_id = parse_transaction_id(request.transaction_id)
+            try:
+                # the broker that stored the half message: its offset id's host
+                addr = decode_offset_msg_id(offset_id)[0]
+            except ValueError as e:
+                raise ProxyError(
+                    pb.Code.INVALID_TRANSACTION_ID,
+                    f"transaction id {request.transaction_id[:100]!r}: {e}",
+                ) from None
             header = {
-                "producerGroup": tc.topic_name,
+                "producerGroup": view.name,
                 "tranStateTableOffset": str(table),
                 "commitLogOffset": str(clog),
                 "commitOrRollback": "8" if request.resolution == pb.COMMIT else "12",
@@ -262,15 +263,12 @@ class MessagingService(OffsetRpcs):
                 "transactionId": request.message_id,
             }
             cmd = RemotingCommand(RequestCode.END_TRANSACTION, header)
-            try:
-                resp = await client.channel.call_broker(cmd, self.config.request_timeout)
-            except (TimeoutError, ChannelClosed) as e:
-                raise ProxyError(pb.Code.PROXY_TIMEOUT, f"end transaction: {e}") from None
+            resp = await self._call(client, addr, cmd, "end transaction")
             if resp.code != ResponseCode.SUCCESS:
                 raise ProxyError(
                     pb.Code.INVALID_TRANSACTION_ID
                     if resp.code == ResponseCode.SYSTEM_ERROR
-                    else code_of(resp),
+                    else code_of(resp.code),
                     resp.remark or "the broker refused the transaction's end",
                 )
         except ProxyError as e:

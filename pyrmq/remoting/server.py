@@ -121,7 +121,9 @@ class RemotingServer:
         self._rpc_skip = random.randint(1, 2 * every - 1) if every > 1 else 1
         return _observed(processor, observe, conn, cmd)
 
-    def _closed(self, conn: Connection) -> None:
+    def connection_closed(self, conn: Connection) -> None:
+        """conn closed: the close listeners are told (the gRPC proxy's
+        in-process channels call it themselves)."""
         self.connections.discard(conn)
         for listener in self._close_listeners:
             try:
@@ -131,7 +133,7 @@ class RemotingServer:
 
     def _new_connection(self) -> Connection:
         conn = Connection(
-            self.handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+            self.handle, on_close=self.connection_closed, max_frame=self.max_frame, name=self.name
         )
         self.connections.add(conn)
         return conn
@@ -214,7 +216,7 @@ class RemotingServer:
             sock.close()
             return
         conn = Connection(
-            self.handle, on_close=self._closed, max_frame=self.max_frame, name=self.name
+            self.handle, on_close=self.connection_closed, max_frame=self.max_frame, name=self.name
         )
         try:
             async with asyncio.timeout(self.handshake_timeout):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import grpc
 
 from pyrmq.proxy import ProxyConfig
+from pyrmq.proxy.local import LocalBackend
 from pyrmq.proxy.protocol import SERVICE, pb
 from pyrmq.proxy.server import GrpcProxy
 from pyrmq.testing import LocalCluster
@@ -17,7 +18,8 @@ def test_max_clients_and_forgetting_them(arun, tmp_path):
         async with LocalCluster(str(tmp_path)) as c:
             assert c.broker is not None
             proxy = GrpcProxy(
-                c.broker, ProxyConfig(grpc_server_port=0, listen_host="127.0.0.1", max_clients=3)
+                LocalBackend(c.broker),
+                ProxyConfig(grpc_server_port=0, listen_host="127.0.0.1", max_clients=3),
             )
             await proxy.start()
             try:

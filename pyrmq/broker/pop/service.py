@@ -177,7 +177,7 @@ class PopService:
 
     def orderly(self, group: str) -> bool:
         sgc = self.groups.find(group)
-        return bool(sgc and str(sgc.extra.get("consumeMessageOrderly", "")).lower() == "true")
+        return sgc is not None and sgc.orderly
 
     def pop(
         self, group: str, topic: str, sub: SubscriptionData, batch: int, invisible_ms: int
