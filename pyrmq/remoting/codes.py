@@ -1,7 +1,7 @@
 """Request and response codes of RocketMQ's 4.x remoting protocol
 (RequestCode.java, ResponseCode.java, RemotingSysResponseCode.java), plus
-RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016), and
-pyrmq's own (60001: GET_PENDING_TRANSACTIONS)."""
+RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016) and POP codes
+(200050-200053; 209, 210), and pyrmq's own (60001: GET_PENDING_TRANSACTIONS)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,12 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
+    # RocketMQ 5 POP consumption (pyrmq/broker/processor/pop.py has the headers)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
     # RocketMQ 5 controller mode (pyrmq/controller/protocol.py has the headers)
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -126,6 +132,8 @@ class ResponseCode(enum.IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
     # RocketMQ 5 controller mode
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
