@@ -180,9 +180,17 @@ class PopService:
         return bool(sgc and str(sgc.extra.get("consumeMessageOrderly", "")).lower() == "true")
 
     def pop(
-        self, group: str, topic: str, sub: SubscriptionData, batch: int, invisible_ms: int
+        self,
+        group: str,
+        topic: str,
+        sub: SubscriptionData,
+        batch: int,
+        invisible_ms: int,
+        queue_id: int = -1,
     ) -> list[Popped]:
-        """Up to batch messages (none: nothing there now)."""
+        """Up to batch messages (none: nothing there now), from any queue of
+        the topic or only from queue_id when it is not -1 (the retry topic's
+        queues are looked at either way, as RocketMQ does)."""
         orderly = self.orderly(group)
         out: list[Popped] = []
         now = self._now_ms()
@@ -198,6 +206,8 @@ class PopService:
             if tc is None or not tc.readable:
                 continue
             qids = list(range(tc.read_queue_nums))
+            if queue_id >= 0 and t == topic:
+                qids = [queue_id] if queue_id < tc.read_queue_nums else []
             start = random.randrange(len(qids)) if qids else 0
             for qid in qids[start:] + qids[:start]:
                 if len(out) >= batch:
