@@ -323,8 +323,10 @@ class PopService:
         """A new handle, invisible for invisible_ms from now."""
         old = self._find(group, topic, handle)
         k = old.key
+        # a later pop time than the old one's, even within its millisecond:
+        # the checkpoint's key holds it, and the old handle must name none
         new = Checkpoint(
-            CkKey(k.group, k.topic, k.queue_id, k.offset, self._now_ms()),
+            CkKey(k.group, k.topic, k.queue_id, k.offset, max(self._now_ms(), k.pop_time + 1)),
             invisible_ms,
             old.reconsume_times,
             old.orderly,
