@@ -410,3 +410,21 @@ def test_errors_answered_and_broker_still_serving(arun, tmp_path):
                 assert "POP is served by its master" in r.remark
 
     arun(main())
+
+
+def test_a_body_that_does_not_inflate_is_left_out(arun, tmp_path):
+    """A message flagged compressed (sysFlag bit 0) whose body is not zlib
+    data cannot be handed out; it is skipped (logged), the queue goes on."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            a = c.broker_addr
+            await create_topic(cl, a, "PopZ", 1)
+            await send_ok(cl, a, "PopZ", b"not zlib data", 0, sysflag=1)
+            await send_ok(cl, a, "PopZ", b"fine", 0)
+            got = await pop_until(cl, a, "PopZ", "G", 1)
+            assert bodies(got) == {b"fine"}
+            r = await pop(cl, a, "PopZ", "G", poll=300)
+            assert r.code == R.POLLING_TIMEOUT, r
+
+    arun(main())
