@@ -246,28 +246,62 @@ def iter_cq_units(data, long long first_index=0):
         pos += RMQ_CQ_STORE_UNIT_SIZE
 
 
-def record_with_topic(record, topic, int queue_id) -> bytes:
+def record_with_topic(record, topic, int queue_id, extra_properties=b"") -> bytes:
     """A copy of one stored record (as VIEW_MESSAGE_BY_ID returns it) under
     another topic and queue id: TOTALSIZE, QUEUEID and the topic field
     rewritten, every other byte as stored. A transaction check-back shows
     the producer its half message under the real topic this way (Java's
-    MessageDecoder.encode of the message with topic and queue set back)."""
+    MessageDecoder.encode of the message with topic and queue set back).
+
+    extra_properties (an encoded properties string, encode_properties)
+    is appended to the record's PROPERTIES (a name given again there wins,
+    as readers keep a repeated name's last value): a POP answer adds
+    POP_CK so. The copy keeps the record's magic (a MAGIC_CODE_V2 record's
+    TOPICLENGTH stays 2 bytes). ValueError when the properties outgrow
+    their int16 length field."""
     cdef const unsigned char[::1] mv = record
     cdef rmq_record_view_t v
     cdef bytes t = _as_bytes(topic)
+    cdef bytes extra = _as_bytes(extra_properties)
     if mv.shape[0] == 0:
         raise CorruptStoreError("record_with_topic: empty record", RMQ_ECORRUPT)
     _raise_for(rmq_record_decode(&mv[0], mv.shape[0], &v), "record_with_topic")
     _raise_for(rmq_validate_topic(<const uint8_t *>t, len(t)), f"topic {topic!r}")
-    cdef Py_ssize_t head = <Py_ssize_t>(v.topic - &mv[0]) - 1  # up to TOPICLEN
-    cdef Py_ssize_t tail = v.total_size - (<Py_ssize_t>(v.topic - &mv[0]) + v.topic_len)
-    cdef Py_ssize_t size = head + 1 + len(t) + tail
+    cdef Py_ssize_t tlen_size = 2 if v.magic == RMQ_MESSAGE_MAGIC_CODE_V2 else 1
+    cdef Py_ssize_t topic_at = <Py_ssize_t>(v.topic - &mv[0])
+    cdef Py_ssize_t head = topic_at - tlen_size  # up to TOPICLENGTH
+    cdef Py_ssize_t nt = len(t)
+    cdef Py_ssize_t old_plen = v.props_len if v.props_len > 0 else 0
+    # a properties string that does not end with its separator gets one
+    # before what is appended (RocketMQ 5 may store it without the last)
+    cdef Py_ssize_t sep = 1 if (len(extra) and old_plen
+                                and v.props[old_plen - 1] != 0x02) else 0
+    cdef Py_ssize_t plen = old_plen + sep + len(extra)
+    if plen > 32767:
+        raise ValueError(f"properties would be {plen} bytes; the limit is 32767")
+    cdef Py_ssize_t size = head + tlen_size + nt + 2 + plen
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
     cdef unsigned char *o = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef Py_ssize_t pos = head
     memcpy(o, &mv[0], head)
-    o[head] = <unsigned char>len(t)
-    memcpy(o + head + 1, <const char *>t, len(t))
-    memcpy(o + head + 1 + len(t), v.topic + v.topic_len, tail)
+    if tlen_size == 2:
+        o[pos] = (nt >> 8) & 0xFF
+        pos += 1
+    o[pos] = nt & 0xFF
+    pos += 1
+    memcpy(o + pos, <const char *>t, nt)
+    pos += nt
+    o[pos] = (plen >> 8) & 0xFF
+    o[pos + 1] = plen & 0xFF
+    pos += 2
+    if old_plen:
+        memcpy(o + pos, v.props, old_plen)
+        pos += old_plen
+    if sep:
+        o[pos] = 0x02
+        pos += 1
+    if len(extra):
+        memcpy(o + pos, <const char *>extra, len(extra))
     _put_be32(o, <uint32_t>size)
     _put_be32(o + 12, <uint32_t>queue_id)
     return out

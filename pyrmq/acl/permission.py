@@ -22,6 +22,17 @@ Per request code (request header extFields, or the JSON body):
     35  UNREGISTER_CLIENT            %RETRY%consumerGroup : SUB (when given)
     38  GET_CONSUMER_LIST_BY_GROUP   %RETRY%consumerGroup : SUB
  41/42  LOCK/UNLOCK_BATCH_MQ         body consumerGroup : %RETRY%group : SUB
+200050  POP_MESSAGE                  topic : SUB, %RETRY%consumerGroup : SUB
+200051  ACK_MESSAGE                  topic : SUB, %RETRY%consumerGroup : SUB
+200053  CHANGE_MESSAGE_INVISIBLETIME topic : SUB, %RETRY%consumerGroup : SUB
+
+The three POP codes: ACL 1.0's PlainAccessResource.parse of a remoting
+request has no case for them (it asks nothing but the signature); its gRPC
+twin, and ACL 2.0's context builder, ask SUB on the topic and the group for
+ReceiveMessage/AckMessage/ChangeInvisibleDuration, which these requests
+carry for RocketMQ 5's proxy, so pyrmq asks the same. GET_TOPIC_CONFIG 351
+and GET_SUBSCRIPTIONGROUP_CONFIG 352 need no resource right (ACL 1.0 parses
+none for them; they are no ADMIN_CODES either).
 
 Any other code needs no resource right, only a valid signature of a known
 account. ADMIN_CODES need an account with `admin: true`: RocketMQ's list
@@ -71,6 +82,9 @@ DELETE_SUBSCRIPTIONGROUP = 207
 DELETE_TOPIC_IN_BROKER = 215
 SEND_MESSAGE_V2 = 310
 SEND_BATCH_MESSAGE = 320
+POP_MESSAGE = 200050
+ACK_MESSAGE = 200051
+CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 ADMIN_CODES = frozenset(
     {
@@ -176,7 +190,14 @@ def needed_resources(code: int, ext: Mapping[str, str], body: bytes) -> dict[str
         return _send_topic(ext.get("topic"))
     if code == SEND_BATCH_MESSAGE:
         return _send_topic(ext.get("b") or ext.get("topic"))
-    if code in (PULL_MESSAGE, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET):
+    if code in (
+        PULL_MESSAGE,
+        QUERY_CONSUMER_OFFSET,
+        UPDATE_CONSUMER_OFFSET,
+        POP_MESSAGE,
+        ACK_MESSAGE,
+        CHANGE_MESSAGE_INVISIBLETIME,
+    ):
         need: dict[str, int] = {}
         if topic := ext.get("topic"):
             need[topic] = SUB

@@ -27,6 +27,7 @@ from pyrmq.broker.processor.admin_groups import AdminGroupProcessor
 from pyrmq.broker.processor.admin_queue import AdminQueueProcessor
 from pyrmq.broker.processor.admin_stats import AdminStatsProcessor
 from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
+from pyrmq.broker.processor.pop import PopMessageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
 from pyrmq.broker.processor.send import SendMessageProcessor
 from pyrmq.broker.registration import BrokerOuterAPI
@@ -350,7 +351,15 @@ class Broker:
             RequestCode.SEND_BATCH_MESSAGE,
         ):
             server.register(code, sp.process_send)
-        server.register(RequestCode.CONSUMER_SEND_MSG_BACK, sp.process_send_back)
+        PopMessageProcessor(
+            self.pop,
+            store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            broker_name=cfg.broker_name,
+            send_back=sp.process_send_back,
+        ).register(server)  # POP_MESSAGE & co, and CONSUMER_SEND_MSG_BACK
         server.register(RequestCode.END_TRANSACTION, self.end_transaction.process)
         server.register(RequestCode.GET_PENDING_TRANSACTIONS, self.end_transaction.pending)
         server.register(RequestCode.PULL_MESSAGE, self.pull_processor.process)

@@ -168,6 +168,19 @@ class ConsumeMsgTimeoutError(BrokerError):
     code = 207
 
 
+class NoMessageError(BrokerError):
+    """A POP ack, change of invisible time or dead-lettering whose receipt
+    handle names no message out (NO_MESSAGE)."""
+
+    code = 208
+
+
+class PollingFullError(BrokerError):
+    """Too many POP requests held for long polling (POLLING_FULL)."""
+
+    code = 209
+
+
 # RocketMQ 5 controller mode (ResponseCode 2000-2016).
 class ControllerError(BrokerError):
     """Base of the controller's answers (codes 2000-2016)."""

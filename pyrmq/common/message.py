@@ -317,7 +317,9 @@ def decode_messages(data: bytes | memoryview, broker_name: str = "") -> list[Mes
     segment that recovery did not scan) is left out and logged, so its
     queue goes on past it: a consumer never gets a corrupted message, and
     never retries one pull for ever. CorruptStoreError when the records do
-    not even parse."""
+    not even parse. A record flagged compressed whose body does not
+    inflate (its producer's fault: the CRC is of those bytes) is left out
+    and logged the same way."""
     corrupt: list[tuple[int, dict[str, Any]]] = []
     records = rmqcore.decode_records(data, True, corrupt)
     for pos, rec in corrupt:
@@ -329,7 +331,20 @@ def decode_messages(data: bytes | memoryview, broker_name: str = "") -> list[Mes
             rec["queue_offset"],
             pos,
         )
-    return [MessageExt(rec, broker_name) for rec in records]
+    out = []
+    for rec in records:
+        try:
+            out.append(MessageExt(rec, broker_name))
+        except zlib.error as e:
+            log.error(
+                "left out a message of %s queue %d at offset %d: it is flagged compressed "
+                "and its body does not inflate (%s)",
+                rec["topic"],
+                rec["queue_id"],
+                rec["queue_offset"],
+                e,
+            )
+    return out
 
 
 def host_str(raw: bytes) -> str:

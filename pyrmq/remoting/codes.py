@@ -1,7 +1,7 @@
 """Request and response codes of RocketMQ's 4.x remoting protocol
 (RequestCode.java, ResponseCode.java, RemotingSysResponseCode.java), plus
-RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016), and
-pyrmq's own (60001: GET_PENDING_TRANSACTIONS)."""
+RocketMQ 5's controller-mode codes (904, 1001-1013, 2000-2016) and POP codes
+(200050-200053; 209, 210), and pyrmq's own (60001: GET_PENDING_TRANSACTIONS)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class RequestCode(enum.IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
-    # RocketMQ 5's POP consumption (pyrmq/broker/processor/pop.py)
+    # RocketMQ 5 POP consumption (pyrmq/broker/processor/pop.py has the headers)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053

@@ -161,7 +161,8 @@ def test_code_constants_match_request_codes():
                  "GET_BROKER_CLUSTER_ACL_INFO", "UPDATE_GLOBAL_WHITE_ADDRS_CONFIG",
                  "GET_BROKER_CLUSTER_ACL_CONFIG", "LOCK_BATCH_MQ", "UNLOCK_BATCH_MQ",
                  "QUERY_CONSUMER_OFFSET", "UPDATE_CONSUMER_OFFSET", "CONSUMER_SEND_MSG_BACK",
-                 "UNREGISTER_CLIENT", "GET_CONSUMER_LIST_BY_GROUP", "QUERY_MESSAGE"):  # fmt: skip
+                 "UNREGISTER_CLIENT", "GET_CONSUMER_LIST_BY_GROUP", "QUERY_MESSAGE",
+                 "POP_MESSAGE", "ACK_MESSAGE", "CHANGE_MESSAGE_INVISIBLETIME"):  # fmt: skip
         assert getattr(P, name) == RequestCode[name], name
     assert {17, 25, 215, 200, 207, 50, 51, 52, 53, 54} == P.ADMIN_CODES
 
@@ -201,6 +202,11 @@ def test_resources_per_code():
         (41, {}, b'{"consumerGroup":"G","clientId":"c","mqSet":[]}\n', {"%RETRY%G": P.SUB}),
         (42, {}, b'{"consumerGroup":"G","mqSet":[]}', {"%RETRY%G": P.SUB}),
         (30, {"topic": "T"}, b"", {}),
+        (200050, {"topic": "T", "consumerGroup": "G"}, b"", {"T": P.SUB, "%RETRY%G": P.SUB}),
+        (200051, {"topic": "T", "consumerGroup": "G"}, b"", {"T": P.SUB, "%RETRY%G": P.SUB}),
+        (200053, {"topic": "T", "consumerGroup": "G"}, b"", {"T": P.SUB, "%RETRY%G": P.SUB}),
+        (351, {"topic": "T"}, b"", {}),
+        (352, {"group": "G"}, b"", {}),
     ]
     for code, ext, body, want in cases:
         assert P.needed_resources(code, ext, body) == want, (code, ext)

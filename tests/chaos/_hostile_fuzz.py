@@ -267,8 +267,8 @@ def expects_answer(cmd: RemotingCommand) -> bool:
 
 
 def may_be_held(cmd: RemotingCommand) -> bool:
-    """A pull may be held (long polling) for up to 20 s: not waited for."""
-    return cmd.code == RC.PULL_MESSAGE
+    """A pull or a pop may be held (long polling) for up to 20 s: not waited for."""
+    return cmd.code in (RC.PULL_MESSAGE, RC.POP_MESSAGE)
 
 
 @dataclasses.dataclass

@@ -80,6 +80,9 @@ def served_codes(server: RemotingServer) -> list[int]:
 #: is beyond a Java long
 MSG_ID = "7F00000100002A9F0000000000000000"
 MSG_ID_HUGE = "7F00000100002A9FFFFFFFFFFFFFFFFF"
+#: a POP receipt handle of the broker's form (pyrmq/broker/pop/receipt.py)
+#: that names no checkpoint
+POP_HANDLE = "v1 0 0 0 1 60000 broker-a"
 
 #: every header field a processor of the broker or the name server reads
 KEYS = [
@@ -103,6 +106,9 @@ KEYS = [
     "defaultGroupPerm", "topicPerms", "groupPerms", "globalWhiteAddrs",
     # name server
     "cluster", "haServerAddr", "masterEpoch",
+    # POP
+    "invisibleTime", "pollTime", "bornTime", "initMode", "expType", "exp", "attemptId",
+    "extraInfo",
 ]  # fmt: skip
 VALUES = [
     "", "0", "1", "-1", "7", "abc", "FuzzT", "%RETRY%G", "%DLQ%G", "999999999999999999999",
@@ -116,6 +122,9 @@ VALUES = [
     MSG_ID_HUGE, "7F000001", "ZZ" * 16, "TOPIC_PUT_NUMS", "GROUP_GET_NUMS", "BROKER_PUT_NUMS",
     "FuzzT@FuzzG", "false", "TRUE", "8", "12", "DENY", "PUB|SUB", "FuzzT=PUB,FuzzG=SUB",
     "a=NOPE", "10.*.*.*,127.0.0.1", "1.2.3.4.5", "fuzzAK", "short",
+    # POP: receipt handles (never given, garbled), times, expression types
+    POP_HANDLE, "v1 1 0 0 1 60000 broker-a", "v1 0 -1 x 1 1 b", "v1", "60000", "20000",
+    "20001", "SQL92", "TAG",
 ]  # fmt: skip
 
 #: UPDATE_BROKER_CONFIG bodies (Java properties text): changes a broker
@@ -285,6 +294,10 @@ def broker_templates() -> list[Template]:
                                   "expressionType": "SQL92"}}  # fmt: skip
     batch = rmqcore.encode_batch([(b"b1", {"TAGS": "a"}, 0), (b"b2", {"KEYS": "x"}, 0)])
     topic_q = {"topic": "FuzzT", "queueId": "0"}
+    pop = {"consumerGroup": "FuzzG", "topic": "FuzzT", "queueId": "-1", "maxMsgNums": "8",
+           "invisibleTime": "60000", "pollTime": "50", "bornTime": "0", "initMode": "0",
+           "expType": "TAG", "exp": "a || b", "order": "false", "attemptId": "fuzz-a"}  # fmt: skip
+    handle = {"consumerGroup": "FuzzG", "topic": "FuzzT", "extraInfo": POP_HANDLE}
     fwd = {"consumerGroup": "FuzzG", "clientId": "fuzz@1"}
     acl = {"accessKey": "fuzzAK", "secretKey": "fuzzSecret1", "whiteRemoteAddress": "127.0.0.1",
            "admin": "false", "defaultTopicPerm": "DENY", "defaultGroupPerm": "SUB",
@@ -322,6 +335,15 @@ def broker_templates() -> list[Template]:
                                            producer_group="FuzzPG")),
         (RC.UNREGISTER_CLIENT, {"clientID": "fuzz@1", "consumerGroup": "FuzzG",
                                 "producerGroup": "FuzzPG"}, b""),
+        # POP over remoting (a handle of this broker's form, never given)
+        (RC.POP_MESSAGE, pop, b""),
+        (RC.POP_MESSAGE, dict(pop, expType="SQL92", exp=SQL_EXPRESSIONS[0], queueId="0"), b""),
+        (RC.ACK_MESSAGE, dict(handle, queueId="0", offset="0"), b""),
+        (RC.CHANGE_MESSAGE_INVISIBLETIME, dict(handle, invisibleTime="60000"), b""),
+        (RC.CONSUMER_SEND_MSG_BACK, {"group": "FuzzG", "originTopic": "FuzzT", "offset": "0",
+                                     "delayLevel": "-1", "extraInfo": POP_HANDLE}, b""),
+        (RC.GET_TOPIC_CONFIG, {"topic": "FuzzT"}, b""),
+        (RC.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "FuzzG"}, b""),
         (RC.CONSUMER_SEND_MSG_BACK, {"group": "FuzzG", "offset": "0", "delayLevel": "1",
                                      "originMsgId": "", "originTopic": "FuzzT",
                                      "maxReconsumeTimes": "3"}, b""),

@@ -48,7 +48,7 @@ N = int(os.environ.get("PYRMQ_FUZZ_REQUESTS", "1500"))
 UNHANDLED = re.compile(r"^[A-Z]\w*(Error|Exception): ")
 #: seconds an answer may take before the request counts as unanswered
 ANSWER_TIMEOUT = 5.0
-#: how long a pull may be held (long polling: the broker's cap is 20 s)
+#: how long a pull or a pop may be held (long polling: the broker's cap is 20 s)
 PULL_TIMEOUT = 30.0
 #: after the run, seconds granted to pulls still held before they are
 #: dropped unjudged (a held pull is no fault; the chaos fuzzer does the same)
@@ -111,7 +111,7 @@ def test_random_requests_get_clear_answers_and_break_nothing(arun, tmp_path, cap
                 code = rng.choice(namesrv_codes if to_namesrv else broker_codes)
                 cmd = request(rng, code, nt if to_namesrv else bt)
                 addr = c.namesrv_addr if to_namesrv else c.broker_addr
-                if code == RC.PULL_MESSAGE and not to_namesrv:
+                if code in (RC.PULL_MESSAGE, RC.POP_MESSAGE) and not to_namesrv:
                     # may be held (long polling): judged when answered
                     pulls[asyncio.create_task(cl.invoke(addr, cmd, PULL_TIMEOUT))] = (i, cmd)
                     continue

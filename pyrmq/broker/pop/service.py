@@ -180,9 +180,17 @@ class PopService:
         return sgc is not None and sgc.orderly
 
     def pop(
-        self, group: str, topic: str, sub: SubscriptionData, batch: int, invisible_ms: int
+        self,
+        group: str,
+        topic: str,
+        sub: SubscriptionData,
+        batch: int,
+        invisible_ms: int,
+        queue_id: int = -1,
     ) -> list[Popped]:
-        """Up to batch messages (none: nothing there now)."""
+        """Up to batch messages (none: nothing there now), from any queue of
+        the topic or only from queue_id when it is not -1 (the retry topic's
+        queues are looked at either way, as RocketMQ does)."""
         orderly = self.orderly(group)
         out: list[Popped] = []
         now = self._now_ms()
@@ -198,6 +206,8 @@ class PopService:
             if tc is None or not tc.readable:
                 continue
             qids = list(range(tc.read_queue_nums))
+            if queue_id >= 0 and t == topic:
+                qids = [queue_id] if queue_id < tc.read_queue_nums else []
             start = random.randrange(len(qids)) if qids else 0
             for qid in qids[start:] + qids[:start]:
                 if len(out) >= batch:
@@ -313,8 +323,10 @@ class PopService:
         """A new handle, invisible for invisible_ms from now."""
         old = self._find(group, topic, handle)
         k = old.key
+        # a later pop time than the old one's, even within its millisecond:
+        # the checkpoint's key holds it, and the old handle must name none
         new = Checkpoint(
-            CkKey(k.group, k.topic, k.queue_id, k.offset, self._now_ms()),
+            CkKey(k.group, k.topic, k.queue_id, k.offset, max(self._now_ms(), k.pop_time + 1)),
             invisible_ms,
             old.reconsume_times,
             old.orderly,
