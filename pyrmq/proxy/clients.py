@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq.client.api import MQClientAPI
@@ -54,8 +56,18 @@ _LANGUAGE = {
 class GrpcClient:
     """One 5.x client: its channel to the brokers and its Telemetry."""
 
-    def __init__(self, backend: Backend, config: ProxyConfig, client_id: str, peer: str) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        config: ProxyConfig,
+        client_id: str,
+        peer: str,
+        relay: Callable[[GrpcClient, Any, str], bool] | None = None,
+    ) -> None:
         self.client_id = client_id
+        #: hands a transaction check this client cannot take (its Telemetry
+        #: stream is gone) to another producer of the topic
+        self._relay = relay
         self.channel = backend.channel(client_id, peer)
         self.channel.on_request = self._broker_request
         self.channel.on_call = self._broker_call
@@ -149,12 +161,33 @@ class GrpcClient:
             return False
         return True
 
+    def publishes(self, topic: str) -> bool:
+        s = self.settings
+        return (
+            s is not None
+            and s.client_type == pb.PRODUCER
+            and any(t.name == topic for t in s.publishing.topics)
+        )
+
     def _broker_request(self, cmd: RemotingCommand) -> None:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
-            if not self.send_telemetry(check_command(cmd)):
+            try:
+                command = check_command(cmd)
+            except (ValueError, KeyError) as e:
+                log.warning("proxy: a transaction check that cannot be read: %s", e)
+                return
+            if self.send_telemetry(command):
+                return
+            topic = command.recover_orphaned_transaction_command.message.topic.name
+            # its client is gone (a producer that died leaves its channel
+            # until it is idle): another producer of the topic answers, as
+            # the broker would ask another producer of the group
+            if self._relay is None or not self._relay(self, command, topic):
                 log.info(
-                    "proxy: transaction check for client %s not sent: no telemetry stream",
+                    "proxy: transaction check for client %s not sent: no telemetry stream, "
+                    "and no other producer of %s has one",
                     self.client_id,
+                    topic,
                 )
         else:
             log.debug("proxy: request code %d not passed to 5.x client", cmd.code)
@@ -216,10 +249,17 @@ class ClientRegistry:
                     f"the proxy serves {self.config.max_clients} clients at most (maxClients)",
                 )
             c = self.clients[client_id] = GrpcClient(
-                self.backend, self.config, client_id, peer_of(context)
+                self.backend, self.config, client_id, peer_of(context), self._relay_check
             )
         c.last_seen = time.monotonic()
         return c
+
+    def _relay_check(self, source: GrpcClient, command: Any, topic: str) -> bool:
+        """A transaction check to another producer of topic with a
+        Telemetry stream; whether one took it."""
+        others = [c for c in self.clients.values() if c is not source and c.publishes(topic)]
+        random.shuffle(others)
+        return any(c.send_telemetry(command) for c in others)
 
     def terminated(self, context: Any) -> None:
         try:

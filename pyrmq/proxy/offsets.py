@@ -30,10 +30,21 @@ class OffsetRpcs(ConsumerRpcs):
     """Mixed into MessagingService (service.py)."""
 
     async def _queue_of(self, mq: Any) -> tuple[TopicView, QueueRef]:
+        """The queue a request names: its id on its broker (a request
+        without the broker's name names the one broker with that queue)."""
         view = await self._topic(mq.topic)
-        for q in view.queues:
-            if q.queue_id == mq.id and q.readable and q.broker_name == mq.broker.name:
-                return view, q
+        found = [
+            q
+            for q in view.queues
+            if q.queue_id == mq.id and q.readable and mq.broker.name in ("", q.broker_name)
+        ]
+        if len(found) == 1:
+            return view, found[0]
+        if found:
+            raise ProxyError(
+                pb.Code.BAD_REQUEST,
+                f"queue {mq.id} of {view.name} is on {len(found)} brokers: name the broker",
+            )
         raise ProxyError(
             pb.Code.BAD_REQUEST,
             f"{view.name} has no readable queue {mq.id} on broker {mq.broker.name!r}",

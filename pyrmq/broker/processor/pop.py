@@ -125,6 +125,7 @@ from pyrmq.common.errors import (
     SubscriptionGroupNotExistError,
     TopicNotExistError,
 )
+from pyrmq.common.message import PROPERTY_POP_CK
 from pyrmq.common.subscription import SubscriptionData
 from pyrmq.common.topics import retry_topic
 from pyrmq.remoting import RemotingCommand, RemotingServer, RequestCode, ResponseCode
@@ -145,8 +146,6 @@ MAX_POLL_MS = 20_000
 MAX_HELD_PER_CONNECTION = 4096
 #: the revive log has one queue (RocketMQ's reviveQid)
 REVIVE_QID = "0"
-#: the receipt handle travels in this message property of a popped message
-PROPERTY_POP_CK = "POP_CK"
 _HELD = "held_pops"
 
 
