@@ -45,8 +45,16 @@ ALLOWED = {
         "pyrmq.client",
     },
     # RocketMQ 5's proxy (STYLE.md section 10): protocol adapters over the
-    # broker's own processors; the broker never imports it
-    "pyrmq.proxy": {"pyrmq.common", "pyrmq.remoting", "pyrmq.broker", "pyrmq.acl"},
+    # brokers' own processors, in the broker or as a client of a cluster's
+    # (its requests made with the client's MQClientAPI); the broker never
+    # imports it
+    "pyrmq.proxy": {
+        "pyrmq.common",
+        "pyrmq.remoting",
+        "pyrmq.broker",
+        "pyrmq.acl",
+        "pyrmq.client",
+    },
     # administration is a client program (STYLE.md section 10): no server imports it
     "pyrmq.admin": {
         "pyrmq.acl",

@@ -133,6 +133,7 @@ class MessagingService(OffsetRpcs):
             return
         out = client.open_telemetry()
         reader = asyncio.ensure_future(self._read_telemetry(client, request_iterator))
+        getter: asyncio.Future[Any] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(out.get())
@@ -140,9 +141,11 @@ class MessagingService(OffsetRpcs):
                 if getter in done:
                     yield getter.result()
                     continue
-                getter.cancel()
                 break
         finally:
+            # the stream ended or was cancelled: neither wait is left pending
+            if getter is not None:
+                getter.cancel()
             reader.cancel()
             client.close_telemetry(out)
 
