@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -102,6 +104,70 @@ int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_siz
     __atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED);
     *out = f;
     return RMQ_OK;
+}
+
+int rmq_mapped_file_create_filled(const char *path, int64_t file_size, int64_t fill,
+                                  int *made) {
+    static const uint8_t zeros[1 << 16];
+    *made = 0;
+    if (file_size <= 0) return RMQ_EBAD_ARG;
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof(dir)) return RMQ_EBAD_ARG;
+    if (!slash) {
+        dir[0] = '.';
+        n = 1;
+    } else if (n == 0) {
+        dir[0] = '/';
+        n = 1;
+    } else {
+        memcpy(dir, path, n);
+    }
+    dir[n] = '\0';
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        /* kernels and filesystems without O_TMPFILE: the plain way */
+        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) return RMQ_OK;
+        return -errno;
+    }
+    int rc = posix_fallocate(fd, 0, file_size);
+    if ((rc == EOPNOTSUPP || rc == EINVAL) && ftruncate(fd, (off_t)file_size) == 0) rc = 0;
+    if (rc != 0) {
+        close(fd);
+        return rc > 0 ? -rc : -errno;
+    }
+    if (fill > file_size) fill = file_size;
+    for (int64_t off = 0; off < fill;) {
+        int64_t left = fill - off;
+        size_t len = left < (int64_t)sizeof(zeros) ? (size_t)left : sizeof(zeros);
+        ssize_t w = pwrite(fd, zeros, len, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? -errno : -EIO;
+            close(fd);
+            return e;
+        }
+        off += w;
+    }
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) {
+        *made = 1;
+    } else if (errno == EEXIST) {
+        *made = -1;
+    } else if (errno != ENOENT) { /* ENOENT: no /proc, the plain way */
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    close(fd);
+    return RMQ_OK;
+}
+
+void rmq_mapped_file_set_warmed(rmq_mapped_file_t *f, int64_t to) {
+    if (to > f->file_size) to = f->file_size;
+    __atomic_store_n(&f->warmed_to, to, __ATOMIC_RELEASE);
 }
 
 void rmq_mapped_file_warm(rmq_mapped_file_t *f) {

@@ -30,6 +30,24 @@ typedef struct rmq_mapped_file {
 int rmq_mapped_file_open(const char *path, int64_t from_offset, int64_t file_size,
                          int create, rmq_mapped_file_t **out);
 
+/* Create path as a file of file_size bytes (fallocated) whose first `fill`
+ * bytes are zeros written with pwrite, and only then give it its name
+ * (O_TMPFILE, then linkat). Why not fault the pages in through the mapping
+ * (MADV_POPULATE_WRITE): each such fault does the filesystem's work (block
+ * allocation, the journal, dirty throttling) under the process-wide
+ * mmap_lock, so on a slow disk one slow fault holds up every mmap/munmap of
+ * every thread, the event loop's memory allocator included (a CI run: 20 s).
+ * pwrite does that work under the file's own lock. The file is invisible
+ * until named, so nothing another thread writes through a mapping of it can
+ * be overwritten. *made: 1 created and named; -1 path existed already
+ * (someone else named it first; nothing done); 0 not supported here (no
+ * O_TMPFILE or /proc: nothing done, create it the plain way). Blocking. */
+int rmq_mapped_file_create_filled(const char *path, int64_t file_size, int64_t fill, int *made);
+
+/* warmed_to = to (pages below are in the page cache with their blocks
+ * reserved: written by rmq_mapped_file_create_filled). Any thread. */
+void rmq_mapped_file_set_warmed(rmq_mapped_file_t *f, int64_t to);
+
 /* Fault the mapping's pages into the page cache read-only (MADV_POPULATE_READ)
  * so the first writes take cheap write-protect faults. Blocking; best effort. */
 void rmq_mapped_file_warm(rmq_mapped_file_t *f);

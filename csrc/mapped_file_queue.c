@@ -161,11 +161,20 @@ static int create_file(rmq_mfq_t *q, int64_t start, rmq_mapped_file_t **out) {
     char path[PATH_MAX];
     int rc = segment_path(q, start, path, sizeof(path));
     if (rc != RMQ_OK) return rc;
+    /* The first window is written (zeros) before the file has its name, with
+     * pwrite, not faulted in through the mapping: see
+     * rmq_mapped_file_create_filled for why. */
+    int made = 0;
+    if (q->warm) {
+        rc = rmq_mapped_file_create_filled(path, q->file_size, RMQ_MFQ_WARM_WINDOW, &made);
+        if (rc != RMQ_OK) return rc;
+    }
     rc = rmq_mapped_file_open(path, start, q->file_size, 1, out);
     if (rc != RMQ_OK) return rc;
-    /* A leftover file from before a crash may hold stale bytes: a new segment
-     * always starts empty. */
-    if (q->warm) rmq_mapped_file_warm_write(*out, 0, RMQ_MFQ_WARM_WINDOW);
+    if (made == 1)
+        rmq_mapped_file_set_warmed(*out, RMQ_MFQ_WARM_WINDOW);
+    else if (q->warm && made == 0)
+        rmq_mapped_file_warm_write(*out, 0, RMQ_MFQ_WARM_WINDOW);
     return RMQ_OK;
 }
 
