@@ -83,6 +83,7 @@ int32_t rmq_test_java_string_hash(const uint8_t *s, size_t len);
 uint32_t rmq_crc32(const void *buf, size_t len);
 const char *rmq_strerror(int rc);
 int64_t rmq_mapped_file_live_count(void);
+int rmq_mapped_file_create_filled(const char *path, int64_t file_size, int64_t fill, int *made);
 """
 
 #: Set by load(): None after a build of every csrc/*.c, else why not.
