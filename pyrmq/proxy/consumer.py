@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyrmq.broker.pop import InvalidReceiptHandle
 from pyrmq.broker.pop.receipt import Receipt, decode
+from pyrmq.broker.processor.pop import MAX_BATCH
+from pyrmq.broker.processor.pop import MAX_POLL_MS as MAX_POLLING_MS
 from pyrmq.broker.subscription_group import SubscriptionGroupConfig
 from pyrmq.common.errors import BrokerError
 from pyrmq.common.message import PROPERTY_POP_CK, decode_messages
@@ -35,12 +37,10 @@ if TYPE_CHECKING:
 #: a receive without invisible_duration (a PushConsumer's): RocketMQ 5
 #: proxy's default invisible time
 DEFAULT_INVISIBLE_MS = 30_000
-#: a receive's long polling when the request names none, and the most it
-#: may ask (RocketMQ 5 proxy: 20 s, grpcClientConsumerMaxLongPollingTimeoutMillis)
-DEFAULT_POLLING_MS = 20_000
-MAX_POLLING_MS = 20_000
-#: the most messages one receive hands out
-MAX_BATCH = 32
+#: a receive's long polling when the request names none (RocketMQ 5 proxy:
+#: 20 s); the most it may ask and the most messages one receive hands out
+#: are the brokers' POP limits (MAX_POLL_MS, MAX_BATCH)
+DEFAULT_POLLING_MS = MAX_POLLING_MS
 
 #: a POP that found nothing in its polling time
 _NOT_FOUND = (ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_TIMEOUT)
