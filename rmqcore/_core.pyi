@@ -247,6 +247,24 @@ def encode_json_header(
     ext: dict[str, Any],
 ) -> bytes: ...
 
+# The broker's common send in C (rmqcore/_sendpath.pyx)
+class SendPath:
+    handled: int
+    needs_allocate: bool
+    end_offset: int
+    stats: list[tuple[bytes, int, int, int]]
+    touched: list[tuple[bytes, int, int]]
+    error: str | None
+    want_touched: bool
+    def __init__(
+        self, core: MessageStoreCore, max_message_size: int, oneway_ok: bool = ...
+    ) -> None: ...
+    def learn(self, topic: str, queue_nums: int) -> None: ...
+    def forget_all(self) -> None: ...
+    def split(
+        self, buf: bytes | bytearray | memoryview, max_frame: int, born_host: bytes
+    ) -> tuple[list[tuple[int, Any, bytes]], int, bytes]: ...
+
 # -- trace records (rmqcore/_trace.pyx) --
 def encode_pub(
     timestamp: int,
