@@ -30,6 +30,7 @@ from pyrmq.broker.processor.consumer_manage import ConsumerManageProcessor
 from pyrmq.broker.processor.pop import PopMessageProcessor
 from pyrmq.broker.processor.pull import PullMessageProcessor
 from pyrmq.broker.processor.send import SendMessageProcessor
+from pyrmq.broker.processor.send_fast import SendFastPath
 from pyrmq.broker.registration import BrokerOuterAPI
 from pyrmq.broker.runtime_config import BrokerRuntimeConfig
 from pyrmq.broker.schedule import ScheduleMessageService
@@ -345,6 +346,8 @@ class Broker:
             tls=self.tls,
         )
         sp = self.send_processor
+        if cfg.send_fast_path_enable:
+            sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
         for code in (
             RequestCode.SEND_MESSAGE,
             RequestCode.SEND_MESSAGE_V2,

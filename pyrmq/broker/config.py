@@ -153,6 +153,10 @@ class BrokerConfig:
     #: in the topic within the window is answered with the first send's
     #: result, not stored again (pyrmq/broker/dedup.py)
     duplicate_detection: bool = False
+    #: pyrmq: the common send (SEND_MESSAGE/V2, not a batch, delayed, timed,
+    #: transactional or retry) is stored and answered in C
+    #: (pyrmq/broker/processor/send_fast.py); false: every send in Python
+    send_fast_path_enable: bool = True
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,

@@ -38,6 +38,7 @@ for. opaque: request id chosen by the requester, echoed by the response.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq.common.errors import RemotingError
@@ -53,6 +54,9 @@ FLAG_ONEWAY = 2
 #: The MQVersion ordinal we announce (V4_9_4 = 401): a Java peer then uses
 #: standard JSON for us.
 VERSION = 401
+
+#: split_frames' signature: (buffer, max_frame) -> (frames, bytes consumed)
+Splitter = Callable[[bytes | bytearray, int], tuple[list[tuple[int, Any, bytes]], int]]
 
 _U32 = struct.Struct(">I")
 _PREFIX = struct.Struct(">II")
@@ -281,9 +285,11 @@ class FrameDecoder:
         self._buf = bytearray()
         self.max_frame = max_frame
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes, split: Splitter = _split_frames) -> list[RemotingCommand]:
         """Append data; return every complete command. Raises FrameError on
-        a bad frame (the rest of the stream is then unusable)."""
+        a bad frame (the rest of the stream is then unusable). split: what
+        splits the frames (the broker's send path serves some of them on
+        the way and returns the others)."""
         buf = self._buf
         if buf:
             buf += data
@@ -291,7 +297,7 @@ class FrameDecoder:
         else:
             src = data
         try:
-            frames, used = _split_frames(src, self.max_frame)
+            frames, used = split(src, self.max_frame)
         except ValueError as e:
             raise FrameError(str(e)) from None
         if buf:

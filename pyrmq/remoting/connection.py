@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -30,6 +31,7 @@ from pyrmq.remoting.command import (
     FrameDecoder,
     FrameError,
     RemotingCommand,
+    Splitter,
 )
 
 log = logging.getLogger("pyrmq.remoting")
@@ -41,6 +43,15 @@ HandlerResult = RemotingCommand | Awaitable[RemotingCommand | None] | None
 
 class RequestHandler(Protocol):
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult: ...
+
+
+class FastPath(Protocol):
+    def split(
+        self, conn: Connection, buf: bytes | bytearray, max_frame: int
+    ) -> tuple[list[tuple[int, Any, bytes]], int]:
+        """split_frames for conn's stream; requests served here are
+        answered here and not returned."""
+        ...
 
 
 class FileBody(Protocol):
@@ -138,6 +149,17 @@ class Connection(asyncio.Protocol):
         self.frame_started: float | None = None
         #: free slot for the owner (the broker keeps the client's language)
         self.attrs: dict[str, Any] = {}
+        self._split: Splitter | None = None
+
+    def set_fast_path(self, fast: FastPath) -> None:
+        """Frames are split by fast, which may serve some requests itself
+        (the broker's C send path, pyrmq/broker/processor/send_fast.py)
+        while this connection has no backlog."""
+        self._split = functools.partial(fast.split, self)
+
+    @property
+    def has_rpc_hook(self) -> bool:
+        return self._rpc_hook is not None
 
     # -- asyncio.Protocol --------------------------------------------------------
 
@@ -255,7 +277,10 @@ class Connection(asyncio.Protocol):
         first = not self._received_any
         self._received_any = True
         try:
-            cmds = self._decoder.feed(data)
+            if self._split is not None and not self._backlog and not self._write_paused:
+                cmds = self._decoder.feed(data, self._split)
+            else:
+                cmds = self._decoder.feed(data)
         except FrameError as e:
             if first and data[:1] == b"\x16" and not self.tls:
                 self.abort("it starts a TLS handshake; TLS is not enabled here (tls.server.mode)")

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pyrmq.common.errors import BrokerError
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import FLAG_ONEWAY, MAX_FRAME, RemotingCommand
-from pyrmq.remoting.connection import Connection, HandlerResult, RequestHandler
+from pyrmq.remoting.connection import Connection, FastPath, HandlerResult, RequestHandler
 from pyrmq.remoting.tls import TLS_HANDSHAKE_BYTE, TlsConfig, TlsMode
 
 log = logging.getLogger("pyrmq.remoting")
@@ -81,6 +81,9 @@ class RemotingServer:
         self.rpc_observer: RpcObserver | None = None
         self.rpc_sample_every = 1
         self._rpc_skip = 1
+        #: splits the frames of every connection accepted from now on, and
+        #: may serve requests itself (the broker's C send path)
+        self.fast_path: FastPath | None = None
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -95,6 +98,10 @@ class RemotingServer:
         raising a BrokerError answers with its code instead. ACL (request
         signature and permission checks) plugs in here."""
         self._hooks.append(hook)
+
+    @property
+    def has_rpc_hooks(self) -> bool:
+        return bool(self._hooks)
 
     def add_close_listener(self, listener: Callable[[Connection], None]) -> None:
         """Called with each connection that closes (ChannelEventListener)."""
@@ -131,10 +138,16 @@ class RemotingServer:
             except Exception:
                 log.exception("%s: close listener failed", self.name)
 
-    def _new_connection(self) -> Connection:
+    def _connection(self) -> Connection:
         conn = Connection(
             self.handle, on_close=self.connection_closed, max_frame=self.max_frame, name=self.name
         )
+        if self.fast_path is not None:
+            conn.set_fast_path(self.fast_path)
+        return conn
+
+    def _new_connection(self) -> Connection:
+        conn = self._connection()
         self.connections.add(conn)
         return conn
 
@@ -215,9 +228,7 @@ class RemotingServer:
             )
             sock.close()
             return
-        conn = Connection(
-            self.handle, on_close=self.connection_closed, max_frame=self.max_frame, name=self.name
-        )
+        conn = self._connection()
         try:
             async with asyncio.timeout(self.handshake_timeout):
                 await loop.connect_accepted_socket(

@@ -307,6 +307,29 @@ class MessageStore:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
 
+    def writable_core(self) -> rmqcore.MessageStoreCore | None:
+        """The core while puts may go to it directly (started, disk not
+        full): the broker's C send path (rmqcore.SendPath) puts there and
+        calls appended() after each chunk."""
+        if self._core is None or self._disk_full:
+            return None
+        return self._core
+
+    @property
+    def has_arrival_listeners(self) -> bool:
+        return bool(self._listeners)
+
+    def appended(self, needs_allocate: bool, queues: list[tuple[str, int, int]]) -> None:
+        """After puts made on writable_core() itself: what put_message_nowait
+        does after its put (allocation and index wake-ups; the listeners
+        told each (topic, queue id, max offset))."""
+        if needs_allocate:
+            self._schedule_allocate()
+        if not self._indexing:
+            self._schedule_index()
+        for topic, queue_id, max_offset in queues:
+            self._notify(topic, queue_id, max_offset)
+
     def put_copy(
         self,
         m: dict[str, Any],
@@ -454,6 +477,13 @@ class MessageStore:
         if self._group_commit is None:
             return None
         return self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes)
+
+    def durable_future_at(self, end: int) -> asyncio.Future[bool] | None:
+        """durable_future for CommitLog bytes below end (puts made on
+        writable_core())."""
+        if self._group_commit is None:
+            return None
+        return self._group_commit.wait_flushed(end)
 
     @property
     def flush_backlog(self) -> tuple[int, float, float]:

@@ -215,6 +215,16 @@ async def simple(
     )
 
 
+async def create_topic(cl: RemotingClient, a: str, topic: str, queues: int = 2) -> None:
+    """UPDATE_AND_CREATE_TOPIC as mqadmin updateTopic sends it (read/write)."""
+    r = await simple(
+        cl, a, RC.UPDATE_AND_CREATE_TOPIC, topic=topic, readQueueNums=queues,
+        writeQueueNums=queues, perm=6, topicFilterType="SINGLE_TAG", topicSysFlag=0,
+        order="false",
+    )  # fmt: skip
+    assert r.code == R.SUCCESS, r
+
+
 async def max_offset(client: RemotingClient, addr: str, topic: str, queue_id: int) -> int:
     r = await simple(client, addr, RC.GET_MAX_OFFSET, topic=topic, queueId=queue_id)
     assert r.code == R.SUCCESS, r

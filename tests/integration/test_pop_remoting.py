@@ -18,18 +18,9 @@ from pyrmq.remoting import RemotingClient, RemotingCommand
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 
-from .helpers import cluster, props, pull_all, send_ok, simple
+from .helpers import cluster, create_topic, props, pull_all, send_ok, simple
 
 NO_MESSAGE_CODES = (R.POLLING_TIMEOUT,)
-
-
-async def create_topic(cl: RemotingClient, a: str, topic: str, queues: int = 2) -> None:
-    r = await simple(
-        cl, a, RC.UPDATE_AND_CREATE_TOPIC, topic=topic, readQueueNums=queues,
-        writeQueueNums=queues, perm=6, topicFilterType="SINGLE_TAG", topicSysFlag=0,
-        order="false",
-    )  # fmt: skip
-    assert r.code == R.SUCCESS, r
 
 
 async def create_group(cl: RemotingClient, a: str, group: str, **extra: Any) -> None:

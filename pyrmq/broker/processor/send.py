@@ -15,12 +15,13 @@ import random
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import rmqcore
 from pyrmq.broker.dedup import DuplicateDetector, batch_properties
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
+from pyrmq.broker.processor.send_answer import born_host_of, durable_answer, settled_ok
 from pyrmq.broker.stats import BrokerStatsManager
 from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.timer import TIMER_TOPIC
@@ -52,7 +53,9 @@ from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.command import FLAG_ONEWAY
 from pyrmq.remoting.connection import Connection, HandlerResult
 from pyrmq.storage import MessageStore
-from pyrmq.storage.message_store import encode_host
+
+if TYPE_CHECKING:
+    from pyrmq.broker.processor.send_fast import SendFastPath
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -99,19 +102,6 @@ _INT_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "reconsumeTimes", "flag")
 
 def _int(fields: dict[str, str], key: str, default: int | None = None) -> int:
     return header_int(fields, key, default, error=MessageIllegalError)
-
-
-def born_host_of(conn: Connection) -> bytes:
-    """The client's address as stored in BORNHOST (cached per connection)."""
-    bh = conn.attrs.get("born_host")
-    if bh is None:
-        host, _, port = conn.peer.rpartition(":")
-        try:
-            bh = encode_host(host, int(port))
-        except ValueError:
-            bh = encode_host("0.0.0.0", 0)
-        conn.attrs["born_host"] = bh
-    return bh
 
 
 class SendMessageProcessor:
@@ -169,6 +159,23 @@ class SendMessageProcessor:
         self.groups: SubscriptionGroupManager | None = None
         #: metrics on: messages in are counted here (plain integers)
         self.tallies: BrokerTallies | None = None
+        #: the common send's C path (send_fast.py); told the topics fit for it
+        self.fast: SendFastPath | None = None
+
+    @property
+    def sync_flush(self) -> bool:
+        return self._sync
+
+    def takes_plain_sends(self) -> bool:
+        """Whether a plain send is stored and answered with nothing but the
+        store's flush to wait for (SendFastPath may serve it then)."""
+        return (
+            bool(self.broker_permission & PERM_WRITE)
+            and not self._slave
+            and self._ha is None
+            and self.dedup is None
+            and (not self._sync or self._busy() is None)
+        )
 
     def _retry_queue_nums(self, group: str) -> int:
         sgc = self.groups.find(group) if self.groups is not None else None
@@ -206,6 +213,8 @@ class SendMessageProcessor:
                 f"a transactional message cannot be sent to the system topic {topic}"
             )
         tc = self._topic_for_send(topic, f)
+        if self.fast is not None and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            self.fast.learn(topic, tc.queue_nums)
         g = f.get
         try:
             queue_id = int(g("queueId") or -1)
@@ -466,7 +475,7 @@ class SendMessageProcessor:
                 # SendStatus.SLAVE_NOT_AVAILABLE)
                 answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
                 answer.remark = "no slave is connected or it is too far behind"
-        waits = [f for f in (flush, replica) if f is not None and not _settled_ok(f)]
+        waits = [f for f in (flush, replica) if f is not None and not settled_ok(f)]
         if not waits:
             return answer
         # the waits hold the answer only, not the request and its body
@@ -475,7 +484,7 @@ class SendMessageProcessor:
         def one_done(_: asyncio.Future[bool]) -> None:
             left[0] -= 1
             if left[0] == 0:
-                conn.send_soon(_durable_answer(answer, flush, replica))
+                conn.send_soon(durable_answer(answer, flush, replica))
 
         for w in waits:
             w.add_done_callback(one_done)
@@ -708,40 +717,6 @@ class SendMessageProcessor:
         if self.stats is not None:
             self.stats.inc_send_back(group, msg["topic"])
         return cmd.response(ResponseCode.SUCCESS)
-
-
-def _settled_ok(f: asyncio.Future[bool]) -> bool:
-    return f.done() and not f.cancelled() and f.exception() is None and f.result()
-
-
-def _durable_answer(
-    answer: RemotingCommand,
-    flush: asyncio.Future[bool] | None,
-    replica: asyncio.Future[bool] | None,
-) -> RemotingCommand:
-    """The send answer (made as SUCCESS) once the group commit and the
-    replication wait have decided: SUCCESS when durable (and, on a
-    SYNC_MASTER, held by a slave); FLUSH_DISK_TIMEOUT or FLUSH_SLAVE_TIMEOUT
-    when syncFlushTimeout passed first (the message is stored and will be
-    flushed and copied); SYSTEM_ERROR if the flush failed. Both timing out
-    answers the disk's."""
-    for f in (flush, replica):
-        if f is None:
-            continue
-        if f.cancelled():
-            answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, "the broker is shutting down"
-            answer.ext_fields = {}
-            return answer
-        if (exc := f.exception()) is not None:
-            answer.code, answer.remark = ResponseCode.SYSTEM_ERROR, f"flush to disk failed: {exc}"
-            answer.ext_fields = {}
-            return answer
-    if flush is not None and not flush.result():
-        answer.code, answer.remark = ResponseCode.FLUSH_DISK_TIMEOUT, "the flush to disk timed out"
-    elif replica is not None and not replica.result():
-        answer.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
-        answer.remark = "the slave did not confirm the message within syncFlushTimeout"
-    return answer
 
 
 class _StoreErrors:

@@ -1,0 +1,142 @@
+"""The common send served in C: SendFastPath drives rmqcore.SendPath.
+
+A SEND_MESSAGE / SEND_MESSAGE_V2 that is not a batch, not delayed or timed,
+not transactional, not to a retry topic, to a topic the Python path has
+already served, goes from its frame to the stored record and its encoded
+answer inside rmqcore (rmqcore/_sendpath.pyx), while the connection splits
+its frames: no RemotingCommand, dict or task per message. Everything else,
+and every request the C path has a doubt about, goes to
+SendMessageProcessor.process_send, which stays the one definition of what a
+send does; a test pins the C path's records and answers to it byte for
+byte (tests/integration/test_send_fast.py).
+
+This module does what is per chunk of frames, not per message: whether the
+C path may run at all (it does not while ACL, duplicate detection, RPC
+metrics, a SYNC_MASTER's replication wait, a slave role, a read-only
+broker, a full disk or a lagging SYNC_FLUSH disk are in play), and after a
+chunk the topic statistics, the arrival notices to long-polling pulls, the
+index and allocation wake-ups, and in SYNC_FLUSH one wait for the chunk's
+last byte to be durable before its answers go out together.
+
+brokerConfig sendFastPathEnable (pyrmq, default true) turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING, Any
+
+import rmqcore
+from pyrmq.broker.processor.send_answer import born_host_of, durable_answer, settled_ok
+from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.remoting.command import FrameDecoder
+from pyrmq.remoting.connection import Connection
+from pyrmq.storage import MessageStore
+
+if TYPE_CHECKING:
+    from pyrmq.broker.processor.send import SendMessageProcessor
+    from pyrmq.remoting.server import RemotingServer
+
+Frames = tuple[list[tuple[int, Any, bytes]], int]
+
+
+class SendFastPath:
+    """A RemotingServer's frame splitter (Connection.fast_path) that serves
+    the common send in C for the SendMessageProcessor it stands beside."""
+
+    def __init__(
+        self,
+        processor: SendMessageProcessor,
+        server: RemotingServer,
+        store: MessageStore,
+        topics: TopicConfigManager,
+    ) -> None:
+        self._processor = processor
+        self._server = server
+        self._store = store
+        self._topics = topics
+        self._sp: rmqcore.SendPath | None = None
+        self._sp_core: rmqcore.MessageStoreCore | None = None
+        self._topics_version: dict[str, int] | None = None
+        #: frames served here (runtime info, tests, the benchmarks)
+        self.served = 0
+
+    def learn(self, topic: str, queue_nums: int) -> None:
+        """The Python path found topic fit for a plain send."""
+        sp = self._path()
+        if sp is not None:
+            sp.learn(topic, queue_nums)
+
+    def _path(self) -> rmqcore.SendPath | None:
+        core = self._store.writable_core()
+        if core is None:
+            return None
+        if self._sp is None or self._sp_core is not core:
+            p = self._processor
+            self._sp = rmqcore.SendPath(core, p.max_message_size, oneway_ok=not p.sync_flush)
+            self._sp_core = core
+            self._topics_version = None
+        if self._topics.data_version is not self._topics_version:
+            # a topic was created, changed or deleted: learnt again
+            self._sp.forget_all()
+            self._topics_version = self._topics.data_version
+        return self._sp
+
+    def split(self, conn: Connection, buf: bytes | bytearray, max_frame: int) -> Frames:
+        """split_frames for conn, the common sends served on the way."""
+        server = self._server
+        if (
+            not self._processor.takes_plain_sends()
+            or server.has_rpc_hooks
+            or server.rpc_observer is not None
+            or conn.has_rpc_hook
+        ):
+            return rmqcore.split_frames(buf, max_frame)
+        sp = self._path()
+        if sp is None:
+            return rmqcore.split_frames(buf, max_frame)
+        store = self._store
+        sp.want_touched = store.has_arrival_listeners
+        frames, used, answers = sp.split(buf, max_frame, born_host_of(conn))
+        if sp.handled:
+            self.served += sp.handled
+            self._settle(conn, sp, answers)
+        if sp.error is not None:
+            raise ValueError(sp.error)
+        return frames, used
+
+    def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes) -> None:
+        """What follows a chunk's puts: the store's wake-ups and notices, the
+        topic statistics, and the answers (in SYNC_FLUSH once the chunk's
+        last byte is durable)."""
+        self._store.appended(sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched])
+        p = self._processor
+        stats, tallies = p.stats, p.tallies
+        if stats is not None or tallies is not None:
+            for t, n, wrote, body in sp.stats:
+                topic = t.decode()
+                if stats is not None:
+                    stats.inc_topic_put(topic, n, wrote)
+                if tallies is not None:
+                    tallies.sent(topic, "normal", n, body)
+        if not answers:
+            return
+        flush = self._store.durable_future_at(sp.end_offset) if p.sync_flush else None
+        if flush is None or settled_ok(flush):
+            conn.send_bytes(answers)
+        else:
+            flush.add_done_callback(functools.partial(_answer_when_durable, conn, answers))
+
+
+def _answer_when_durable(conn: Connection, answers: bytes, flush: asyncio.Future[bool]) -> None:
+    """A chunk's SUCCESS answers once its flush decided: as they are when
+    it is durable, each turned into what send_answer.durable_answer makes of
+    a timeout or a failure otherwise."""
+    if settled_ok(flush):
+        conn.send_bytes(answers)
+        return
+    out = []
+    for cmd in FrameDecoder().feed(answers):
+        out.append(durable_answer(cmd, flush, None).encode())
+    conn.send_bytes(b"".join(out))

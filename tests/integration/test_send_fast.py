@@ -1,0 +1,300 @@
+"""The common send's C path (rmqcore.SendPath, send_fast.py) pinned to the
+Python path (SendMessageProcessor.process_send): the same request frames,
+sent over sockets to a broker with sendFastPathEnable and to one without,
+give the same answers and store the same records, byte for byte apart from
+what names the broker or the connection (store host, born host's port,
+store time)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+import rmqcore
+from pyrmq.remoting import RemotingClient
+from pyrmq.remoting.codes import RequestCode as RC
+from pyrmq.remoting.codes import ResponseCode as R
+from pyrmq.remoting.command import FrameDecoder, RemotingCommand
+from pyrmq.storage.config import FlushDiskType
+from pyrmq.testing import LocalCluster
+
+from .helpers import create_topic, props, send_fields, v2
+
+TOPIC = "FastT"
+
+
+class Peer:
+    """One broker and a raw connection to it."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        self.c = c
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.decoder = FrameDecoder()
+        self.read_to = 0
+
+    async def connect(self, topic_queues: int = 4) -> None:
+        """Create TOPIC, then open the raw connection."""
+        cl = RemotingClient(name="fast-test")
+        try:
+            await create_topic(cl, self.c.broker_addr, TOPIC, topic_queues)
+        finally:
+            await cl.shutdown()
+        host, port = self.c.broker_addr.split(":")
+        self.reader, self.writer = await asyncio.open_connection(host, int(port))
+
+    async def exchange(self, frame: bytes, oneway: bool) -> RemotingCommand | None:
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(frame)
+        await self.writer.drain()
+        if oneway:
+            return None
+        cmds: list[RemotingCommand] = []
+        while not cmds:
+            data = await self.reader.read(65536)
+            assert data, "the broker closed the connection"
+            cmds = self.decoder.feed(data)
+        (answer,) = cmds
+        return answer
+
+    @property
+    def served(self) -> int:
+        fast = self.c.broker.server.fast_path
+        return fast.served if fast is not None else 0
+
+    def new_records(self) -> list[dict[str, Any]]:
+        """The records stored since the last call, without what names the
+        broker or the connection."""
+        core = self.c.broker.store.core
+        end = core.commit_log_max_offset
+        data = core.read(self.read_to, end - self.read_to) if end > self.read_to else b""
+        self.read_to = end
+        out = []
+        for m in rmqcore.decode_records(data, True):
+            m = dict(m)
+            for k in ("store_timestamp", "store_host", "born_host", "msg_id"):
+                m.pop(k, None)
+            out.append(m)
+        return out
+
+
+def _answer(cmd: RemotingCommand | None, c: LocalCluster) -> Any:
+    if cmd is None:
+        return None
+    ext = dict(cmd.ext_fields)
+    if "msgId" in ext:
+        # offsetMsgId: the broker's address (16 hex digits), then the offset
+        ext["msgId"] = ",".join(i[16:] for i in ext["msgId"].split(","))
+    return (cmd.code, cmd.remark, ext, cmd.opaque, cmd.flag, cmd.language, cmd.version, cmd.body)
+
+
+def frame(header: dict[str, Any], body: bytes) -> bytes:
+    """A JSON frame written by hand: values as given (str, int or bool)."""
+    h = json.dumps(header, ensure_ascii=False).encode()
+    return (4 + len(h) + len(body)).to_bytes(4, "big") + len(h).to_bytes(4, "big") + h + body
+
+
+INTS = st.one_of(
+    st.integers(0, 5).map(str),
+    st.integers(-(2**63), 2**63).map(str),
+    st.integers(0, 5),
+    st.sampled_from(["", " 1", "+1", "1_0", "0x1", "\u0661", "-0", "00", "1.0", "9" * 25]),
+)
+QUEUE_IDS = st.one_of(
+    st.integers(0, 5).map(str),
+    st.integers(0, 5),
+    st.integers(0, 2**70).map(str),
+    st.sampled_from([" 1", "+1", "1_0", "0x1", "\u0661", "-0", "00", "1.0", "9" * 25]),
+)
+PROPS = st.one_of(
+    st.just(""),
+    st.just(props(UNIQ_KEY="0A0000010000", TAGS="a", KEYS="k1 k2", WAIT="true")),
+    st.dictionaries(
+        st.sampled_from(
+            ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TRAN_MSG", "PGROUP", "WAIT", 'x"y', "é"]
+        ),
+        st.sampled_from(["", "1", "true", "false", "v\\w", "ü", "3"]),
+        max_size=4,
+    ).map(lambda d: props(**d)),
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[bytes, bool]:
+    code = draw(st.sampled_from([RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2]))
+    fields: dict[str, Any] = send_fields(
+        draw(st.sampled_from([TOPIC, TOPIC, "FastAuto", "%RETRY%G1", "TBW102"])),
+        0,
+        draw(PROPS),
+        sysflag=draw(st.sampled_from([0, 0, 0, 0, 1, 2, 4, 8, 12])),
+        batch=draw(st.sampled_from(["0", "0", "false", "1", "true", "False", ""])),
+        reconsume_times=0,
+        born_ts=1_700_000_000_000,
+    )
+    for k in ("sysFlag", "bornTimestamp", "flag", "reconsumeTimes"):
+        if draw(st.integers(0, 3)) == 0:
+            fields[k] = draw(INTS)
+    # never a queue left to the broker (queueId < 0 or none): both paths
+    # would pick a random one, and the stores would part ways
+    fields["queueId"] = draw(QUEUE_IDS)
+    for k in list(fields):
+        if k != "queueId" and draw(st.integers(0, 15)) == 0:
+            del fields[k]
+    if code == RC.SEND_MESSAGE_V2:
+        fields = v2(fields)
+    oneway = draw(st.integers(0, 7)) == 0
+    header = {
+        "code": int(code),
+        "language": draw(st.sampled_from(["JAVA", "CPP", "PYTHON"])),
+        "version": draw(st.sampled_from([401, 317, 0])),
+        "opaque": draw(st.integers(0, 2**31 - 1)),
+        "flag": 2 if oneway else 0,
+        "extFields": fields,
+    }
+    body = draw(st.binary(max_size=64))
+    return frame(header, body), oneway
+
+
+def test_c_path_matches_python_path(arun, tmp_path):
+    fast = LocalCluster(str(tmp_path / "fast"))
+    slow = LocalCluster(str(tmp_path / "slow"), send_fast_path_enable=False)
+    peers = [Peer(fast), Peer(slow)]
+    compared = [0]
+
+    async def start() -> None:
+        for p in peers:
+            await p.c.start()
+            await p.connect()
+
+    async def compare(reqs: list[tuple[bytes, bool]]) -> None:
+        for f, oneway in reqs:
+            a, b = [await p.exchange(f, oneway) for p in peers]
+            assert _answer(a, fast) == _answer(b, slow), (f, a, b)
+            assert peers[0].new_records() == peers[1].new_records(), f
+
+    async def stop() -> None:
+        for p in peers:
+            if p.writer is not None:
+                p.writer.close()
+            await p.c.shutdown()
+
+    arun(start())
+    try:
+
+        @settings(
+            max_examples=150,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )
+        @given(st.lists(requests(), min_size=1, max_size=6))
+        def check(reqs: list[tuple[bytes, bool]]) -> None:
+            arun(compare(reqs))
+            compared[0] += len(reqs)
+
+        check()
+        # the C path served some: the test compared it, not Python to itself
+        assert peers[0].served > 0, compared
+        assert peers[1].served == 0
+        print(f"{compared[0]} requests compared, {peers[0].served} served in C")
+    finally:
+        arun(stop())
+
+
+def test_what_the_c_path_serves(arun, tmp_path):
+    """Plain V1 and V2 sends are served in C; batches, delayed, timed and
+    transactional sends, retry topics and a topic not served before are
+    the Python path's, and still answered right."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"))
+        await c.start()
+        p = Peer(c)
+        try:
+            await p.connect()
+
+            async def sent(fields: dict[str, Any], code: int = RC.SEND_MESSAGE) -> tuple[int, int]:
+                before = p.served
+                h = {
+                    "code": int(code),
+                    "language": "JAVA",
+                    "version": 401,
+                    "opaque": 1,
+                    "flag": 0,
+                    "extFields": fields,
+                }
+                a = await p.exchange(frame(h, b"x"), False)
+                assert a is not None
+                return a.code, p.served - before
+
+            plain = send_fields(TOPIC, 1, props(TAGS="a"))
+            # the first send to a topic teaches the C path the topic
+            assert await sent(plain) == (R.SUCCESS, 0)
+            assert await sent(plain) == (R.SUCCESS, 1)
+            assert await sent(v2(plain), RC.SEND_MESSAGE_V2) == (R.SUCCESS, 1)
+            assert await sent(send_fields(TOPIC, 1, props(DELAY="2"))) == (R.SUCCESS, 0)
+            assert await sent(send_fields(TOPIC, 1, props(TIMER_DELAY_SEC="5"))) == (R.SUCCESS, 0)
+            assert await sent(send_fields(TOPIC, 1, props(TRAN_MSG="true", PGROUP="PG"))) == (
+                R.SUCCESS,
+                0,
+            )
+            assert (await sent(send_fields(TOPIC, 1, batch=True)))[1] == 0
+            assert await sent(send_fields(TOPIC, 9)) == (R.SYSTEM_ERROR, 0)
+            assert await sent(send_fields("NewTopicByAutoCreate", 0)) == (R.SUCCESS, 0)
+            assert await sent(send_fields("NewTopicByAutoCreate", 0)) == (R.SUCCESS, 1)
+            # a topic changed is checked by the Python path again: queue 3
+            # of the 4 it had is refused now it has 2
+            cl = RemotingClient(name="fast-test")
+            await create_topic(cl, c.broker_addr, TOPIC, 2)
+            await cl.shutdown()
+            assert await sent(send_fields(TOPIC, 3)) == (R.SYSTEM_ERROR, 0)
+            assert await sent(send_fields(TOPIC, 1)) == (R.SUCCESS, 1)
+            assert await sent(send_fields(TOPIC, 3)) == (R.SYSTEM_ERROR, 0)
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await c.shutdown()
+
+    arun(main(), timeout=60)
+
+
+def test_sync_flush_answers_wait_for_the_disk(arun, tmp_path):
+    """SYNC_FLUSH: pipelined plain sends served in C are answered once
+    durable, every one SUCCESS, and all are stored."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"), flush_disk_type=FlushDiskType.SYNC_FLUSH)
+        await c.start()
+        p = Peer(c)
+        try:
+            await p.connect()
+            assert p.writer is not None and p.reader is not None
+            # the Python path serves the topic's first send, and teaches it
+            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
+            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m").encode(), False)
+            assert a is not None and a.code == R.SUCCESS, a
+            frames = []
+            for i in range(200):
+                f = send_fields(TOPIC, i % 4, props(UNIQ_KEY=f"K{i}"))
+                frames.append(RemotingCommand(RC.SEND_MESSAGE, f, b"m%d" % i, opaque=i).encode())
+            p.writer.write(b"".join(frames))
+            got: dict[int, RemotingCommand] = {}
+            while len(got) < 200:
+                data = await p.reader.read(65536)
+                assert data, f"closed after {len(got)} answers"
+                for a in p.decoder.feed(data):
+                    got[a.opaque] = a
+            assert {a.code for a in got.values()} == {R.SUCCESS}
+            assert p.served == 200
+            core = c.broker.store.core
+            assert core.flushed_offset >= core.commit_log_max_offset
+            assert sum(core.max_offset_in_queue(TOPIC, q) for q in range(4)) == 201
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await c.shutdown()
+
+    arun(main(), timeout=60)
