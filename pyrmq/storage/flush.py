@@ -69,9 +69,10 @@ class GroupCommitService:
         ahead = 0.0 if self._rate is None else (w.newest_offset() - self._flushed) / self._rate
         return len(w), w.oldest_age(), ahead
 
-    def wait_flushed(self, offset: int) -> asyncio.Future[bool]:
+    def wait_flushed(self, offset: int, sends: int = 1) -> asyncio.Future[bool]:
         """A future: True once CommitLog bytes below offset are durable, False
-        when the timeout passed first; the flush's exception if it failed."""
+        when the timeout passed first; the flush's exception if it failed.
+        sends: how many sends wait on it (the backlog counts sends)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -79,7 +80,7 @@ class GroupCommitService:
             fut: asyncio.Future[bool] = loop.create_future()
             fut.set_result(True)
             return fut
-        fut = self._waiters.add(loop, offset)
+        fut = self._waiters.add(loop, offset, sends)
         if not self._flushing:
             self._start()
         return fut

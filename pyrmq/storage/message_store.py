@@ -478,12 +478,12 @@ class MessageStore:
             return None
         return self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes)
 
-    def durable_future_at(self, end: int) -> asyncio.Future[bool] | None:
-        """durable_future for CommitLog bytes below end (puts made on
-        writable_core())."""
+    def durable_future_at(self, end: int, sends: int) -> asyncio.Future[bool] | None:
+        """durable_future for the CommitLog bytes below end, which sends
+        puts made on writable_core() wait for (flush_backlog counts them)."""
         if self._group_commit is None:
             return None
-        return self._group_commit.wait_flushed(end)
+        return self._group_commit.wait_flushed(end, sends)
 
     @property
     def flush_backlog(self) -> tuple[int, float, float]:

@@ -16,16 +16,29 @@ class OffsetWaiters:
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout_s
         self._clock = clock
-        # (offset, deadline, future), offsets ascending
-        self._w: collections.deque[tuple[int, float, asyncio.Future[bool]]] = collections.deque()
+        # (offset, deadline, future, sends), offsets ascending
+        self._w: collections.deque[tuple[int, float, asyncio.Future[bool], int]] = (
+            collections.deque()
+        )
         self._sweeper: asyncio.TimerHandle | None = None
+        self._sends = 0
 
     def __len__(self) -> int:
-        return len(self._w)
+        """The sends waiting (a waiter may stand for several: the broker's C
+        send path waits once for a chunk of sends)."""
+        return self._sends
 
-    def add(self, loop: asyncio.AbstractEventLoop, offset: int) -> asyncio.Future[bool]:
+    def _pop(self) -> asyncio.Future[bool]:
+        entry = self._w.popleft()
+        self._sends -= entry[3]
+        return entry[2]
+
+    def add(
+        self, loop: asyncio.AbstractEventLoop, offset: int, sends: int = 1
+    ) -> asyncio.Future[bool]:
         fut: asyncio.Future[bool] = loop.create_future()
-        self._w.append((offset, self._clock() + self.timeout, fut))
+        self._w.append((offset, self._clock() + self.timeout, fut, sends))
+        self._sends += sends
         if self._sweeper is None:
             self._sweeper = loop.call_later(self.timeout, self._sweep, loop)
         return fut
@@ -34,20 +47,20 @@ class OffsetWaiters:
         """True for every waiter at or below offset."""
         w = self._w
         while w and w[0][0] <= offset:
-            fut = w.popleft()[2]
+            fut = self._pop()
             if not fut.done():
                 fut.set_result(True)
 
     def fail_all(self, exc: BaseException) -> None:
         while self._w:
-            fut = self._w.popleft()[2]
+            fut = self._pop()
             if not fut.done():
                 fut.set_exception(exc)
 
     def cancel_all(self) -> None:
         self.stop_sweeping()
         while self._w:
-            fut = self._w.popleft()[2]
+            fut = self._pop()
             if not fut.done():
                 fut.cancel()
 
@@ -66,13 +79,13 @@ class OffsetWaiters:
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._sweeper = None
         now = self._clock()
-        for _, deadline, fut in self._w:
+        for _, deadline, fut, _sends in self._w:
             if deadline > now:
                 break
             if not fut.done():
                 fut.set_result(False)
         while self._w and self._w[0][2].done():
-            self._w.popleft()
+            self._pop()
         if self._w:
             delay = max(0.001, self._w[0][1] - now)
             self._sweeper = loop.call_later(delay, self._sweep, loop)
