@@ -298,3 +298,33 @@ def test_sync_flush_answers_wait_for_the_disk(arun, tmp_path):
             await c.shutdown()
 
     arun(main(), timeout=60)
+
+
+def test_sync_master_without_a_slave(arun, tmp_path):
+    """A SYNC_MASTER with no slave: sends served in C are stored and
+    answered SLAVE_NOT_AVAILABLE with the Python path's remark."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"), broker_role="SYNC_MASTER")
+        await c.start()
+        p = Peer(c)
+        try:
+            await p.connect()
+            answers = []
+            for i in range(3):
+                f = send_fields(TOPIC, 1, props(UNIQ_KEY=f"K{i}"))
+                a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, f, b"x").encode(), False)
+                assert a is not None
+                answers.append((a.code, a.remark, a.ext_fields.get("queueOffset")))
+            assert answers == [
+                (R.SLAVE_NOT_AVAILABLE, "no slave is connected or it is too far behind", str(i))
+                for i in range(3)
+            ]
+            assert p.served == 2  # the first taught the topic
+            assert c.broker.store.core.max_offset_in_queue(TOPIC, 1) == 3
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await c.shutdown()
+
+    arun(main(), timeout=60)

@@ -21,7 +21,12 @@ import rmqcore
 from pyrmq.broker.dedup import DuplicateDetector, batch_properties
 from pyrmq.broker.ha.service import HAService
 from pyrmq.broker.processor.headers import header_int
-from pyrmq.broker.processor.send_answer import born_host_of, durable_answer, settled_ok
+from pyrmq.broker.processor.send_answer import (
+    SLAVE_NOT_AVAILABLE_REMARK,
+    born_host_of,
+    durable_answer,
+    settled_ok,
+)
 from pyrmq.broker.stats import BrokerStatsManager
 from pyrmq.broker.subscription_group import SubscriptionGroupManager
 from pyrmq.broker.timer import TIMER_TOPIC
@@ -166,13 +171,17 @@ class SendMessageProcessor:
     def sync_flush(self) -> bool:
         return self._sync
 
+    @property
+    def replica_wait(self) -> HAService | None:
+        """A SYNC_MASTER's HAService while sends wait for a slave."""
+        return self._ha if self._ha is not None and self._ha.required_acks > 0 else None
+
     def takes_plain_sends(self) -> bool:
         """Whether a plain send is stored and answered with nothing but the
         store's flush to wait for (SendFastPath may serve it then)."""
         return (
             bool(self.broker_permission & PERM_WRITE)
             and not self._slave
-            and self._ha is None
             and self.dedup is None
             and (not self._sync or self._busy() is None)
         )
@@ -386,7 +395,7 @@ class SendMessageProcessor:
                 replica = self._ha.wait_replicated(end)
             else:
                 answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
-                answer.remark = "no slave is connected or it is too far behind"
+                answer.remark = SLAVE_NOT_AVAILABLE_REMARK
         if not self._sync and replica is None:
             return answer
 
@@ -474,7 +483,7 @@ class SendMessageProcessor:
                 # stored on the master only; the client decides (RocketMQ's
                 # SendStatus.SLAVE_NOT_AVAILABLE)
                 answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
-                answer.remark = "no slave is connected or it is too far behind"
+                answer.remark = SLAVE_NOT_AVAILABLE_REMARK
         waits = [f for f in (flush, replica) if f is not None and not settled_ok(f)]
         if not waits:
             return answer

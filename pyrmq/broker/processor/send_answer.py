@@ -11,6 +11,10 @@ from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage.message_store import encode_host
 
+#: the remark of SLAVE_NOT_AVAILABLE: a SYNC_MASTER stored a send with no
+#: slave near enough to wait for
+SLAVE_NOT_AVAILABLE_REMARK = "no slave is connected or it is too far behind"
+
 
 def born_host_of(conn: Connection) -> bytes:
     """The client's address as stored in BORNHOST (cached per connection)."""

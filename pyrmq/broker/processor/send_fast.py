@@ -12,11 +12,11 @@ byte (tests/integration/test_send_fast.py).
 
 This module does what is per chunk of frames, not per message: whether the
 C path may run at all (it does not while ACL, duplicate detection, RPC
-metrics, a SYNC_MASTER's replication wait, a slave role, a read-only
-broker, a full disk or a lagging SYNC_FLUSH disk are in play), and after a
-chunk the topic statistics, the arrival notices to long-polling pulls, the
-index and allocation wake-ups, and in SYNC_FLUSH one wait for the chunk's
-last byte to be durable before its answers go out together.
+metrics, a slave role, a read-only broker, a full disk or a lagging
+SYNC_FLUSH disk are in play), and after a chunk the topic statistics, the
+arrival notices to long-polling pulls, the index and allocation wake-ups,
+and in SYNC_FLUSH and on a SYNC_MASTER one wait for the chunk's last byte
+to be durable and held by the slaves before its answers go out together.
 
 brokerConfig sendFastPathEnable (pyrmq, default true) turns it off.
 """
@@ -25,11 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import rmqcore
-from pyrmq.broker.processor.send_answer import born_host_of, durable_answer, settled_ok
+from pyrmq.broker.processor.send_answer import (
+    SLAVE_NOT_AVAILABLE_REMARK,
+    born_host_of,
+    durable_answer,
+    settled_ok,
+)
 from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.command import FrameDecoder
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
@@ -109,7 +116,7 @@ class SendFastPath:
     def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes) -> None:
         """What follows a chunk's puts: the store's wake-ups and notices, the
         topic statistics, and the answers (in SYNC_FLUSH once the chunk's
-        last byte is durable)."""
+        last byte is durable, on a SYNC_MASTER once the slaves hold it)."""
         self._store.appended(sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched])
         p = self._processor
         stats, tallies = p.stats, p.tallies
@@ -122,21 +129,46 @@ class SendFastPath:
                     tallies.sent(topic, "normal", n, body)
         if not answers:
             return
-        flush = self._store.durable_future_at(sp.end_offset) if p.sync_flush else None
-        if flush is None or settled_ok(flush):
+        flush = self._store.durable_future_at(sp.end_offset, sp.handled) if p.sync_flush else None
+        replica = None
+        ha = p.replica_wait
+        if ha is not None:
+            if ha.is_slave_ok(sp.end_offset):
+                replica = ha.wait_replicated(sp.end_offset)
+            else:
+                # stored on the master only; the clients decide
+                # (SendStatus.SLAVE_NOT_AVAILABLE), as send.py's _answer
+                answers = _each(answers, _slave_not_available)
+        waits = [f for f in (flush, replica) if f is not None and not settled_ok(f)]
+        if not waits:
             conn.send_bytes(answers)
-        else:
-            flush.add_done_callback(functools.partial(_answer_when_durable, conn, answers))
+            return
+        left = [len(waits)]
+
+        def one_done(_: asyncio.Future[bool]) -> None:
+            left[0] -= 1
+            if left[0] > 0:
+                return
+            if all(settled_ok(w) for w in waits):
+                conn.send_bytes(answers)
+            else:
+                change = functools.partial(durable_answer, flush=flush, replica=replica)
+                conn.send_bytes(_each(answers, change))
+
+        for w in waits:
+            w.add_done_callback(one_done)
 
 
-def _answer_when_durable(conn: Connection, answers: bytes, flush: asyncio.Future[bool]) -> None:
-    """A chunk's SUCCESS answers once its flush decided: as they are when
-    it is durable, each turned into what send_answer.durable_answer makes of
-    a timeout or a failure otherwise."""
-    if settled_ok(flush):
-        conn.send_bytes(answers)
-        return
-    out = []
-    for cmd in FrameDecoder().feed(answers):
-        out.append(durable_answer(cmd, flush, None).encode())
-    conn.send_bytes(b"".join(out))
+def _each(answers: bytes, change: Callable[[RemotingCommand], RemotingCommand]) -> bytes:
+    """The answer frames after change(answer) of each (the rare outcomes:
+    no slave, a timeout, a failed flush; SUCCESS stays as C wrote it)."""
+    cmds = [change(c) for c in FrameDecoder().feed(answers)]
+    if all(c.code == ResponseCode.SUCCESS for c in cmds):
+        return answers
+    return b"".join(c.encode() for c in cmds)
+
+
+def _slave_not_available(answer: RemotingCommand) -> RemotingCommand:
+    answer.code = ResponseCode.SLAVE_NOT_AVAILABLE
+    answer.remark = SLAVE_NOT_AVAILABLE_REMARK
+    return answer
