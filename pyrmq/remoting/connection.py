@@ -140,7 +140,10 @@ class Connection(asyncio.Protocol):
         #: served (in order) once it reads again
         self._backlog: list[RemotingCommand] = []
         self.transport: asyncio.Transport | None = None
-        self.closed = asyncio.get_running_loop().create_future()
+        #: the loop this connection lives on (asyncio.get_running_loop()
+        #: costs a getpid() system call on Python 3.11: not per request)
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
         self.name = name
         self.peer = ""
         self.last_active = time.monotonic()
@@ -211,7 +214,7 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._wake_writers()
         if self._backlog:
-            asyncio.get_running_loop().call_soon(self._serve_backlog)
+            self._loop.call_soon(self._serve_backlog)
         else:
             self._resume_reading()
 
@@ -237,7 +240,7 @@ class Connection(asyncio.Protocol):
         if not self._write_paused or self.transport is None:
             return
         if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
+            self._writable = self._loop.create_future()
         await asyncio.shield(self._writable)
 
     def hold_reading(self, until: asyncio.Future[Any]) -> None:
@@ -361,7 +364,7 @@ class Connection(asyncio.Protocol):
             # the first leaves now (a lone request or answer is not held for
             # a loop turn), those after it in this iteration together at its end
             self._soon = []
-            asyncio.get_running_loop().call_soon(self._flush_soon)
+            self._loop.call_soon(self._flush_soon)
             self.send_bytes(cmd.encode())
             return
         frame = cmd.encode()
@@ -423,7 +426,7 @@ class Connection(asyncio.Protocol):
     def request(self, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
         """Send a request; the future gets its response, or RemotingError
         after timeout seconds or when the connection closes."""
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
 
         def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
             if fut.done():
@@ -445,7 +448,7 @@ class Connection(asyncio.Protocol):
             raise RemotingError(f"connection to {self.peer} is closed")
         opaque = cmd.opaque = next(_opaques) & 0x7FFFFFFF
         cmd.flag &= ~FLAG_RESPONSE
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._pending[opaque] = (loop.time() + timeout, on_done, cmd.code, timeout)
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
@@ -459,8 +462,7 @@ class Connection(asyncio.Protocol):
         self._sweep_handle = None
         if not self._pending:
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = self._loop.time()
         expired = [op for op, entry in self._pending.items() if entry[0] <= now]
         for op in expired:
             _, on_done, code, timeout = self._pending.pop(op)
@@ -472,7 +474,7 @@ class Connection(asyncio.Protocol):
                 ),
             )
         if self._pending:
-            self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
+            self._sweep_handle = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next(_opaques) & 0x7FFFFFFF
