@@ -393,6 +393,19 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
 # -- unique message ids (MessageClientIDSetter) ------------------------------------------
 
 
+#: bumped in a forked child (os.register_at_fork): id generators remake
+#: their fixed part when it moved, without a getpid() system call per id
+_fork_generation = 0
+
+
+def _forked() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class _UniqIdGenerator:
     """16 bytes as 32 hex digits: IPv4 (4) + pid (2) + random (4), then ms
     since the start of the month (4) and a counter (2). The fixed part is
@@ -400,6 +413,7 @@ class _UniqIdGenerator:
 
     def __init__(self) -> None:
         self._pid = -1
+        self._generation = -1
         self._prefix = ""
         self._counter = itertools.count()
         self._month_start = 0.0
@@ -407,6 +421,7 @@ class _UniqIdGenerator:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
+        self._generation = _fork_generation
         try:
             ip = socket.inet_aton(_local_ip())
         except OSError:
@@ -429,7 +444,7 @@ class _UniqIdGenerator:
         self._month_start, self._next_month = start, nxt
 
     def __call__(self) -> str:
-        if self._pid != os.getpid():
+        if self._generation != _fork_generation:
             self._reset()
         now = time.time()
         if now >= self._next_month:
