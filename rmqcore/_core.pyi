@@ -250,6 +250,7 @@ def encode_json_header(
 # The broker's common send in C (rmqcore/_sendpath.pyx)
 class SendPath:
     handled: int
+    handled_v2: int
     needs_allocate: bool
     end_offset: int
     stats: list[tuple[bytes, int, int, int]]

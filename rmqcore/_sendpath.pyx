@@ -202,6 +202,8 @@ cdef class SendPath:
     # the running per-topic tally of this chunk
     cdef long long _n, _wrote, _body
     cdef readonly int handled
+    #: of which SEND_MESSAGE_V2 (310); the others are SEND_MESSAGE (10)
+    cdef readonly int handled_v2
     cdef readonly bint needs_allocate
     cdef readonly long long end_offset
     #: [(topic, messages, stored bytes, body bytes)] in the order met
@@ -385,6 +387,8 @@ cdef class SendPath:
         if rmq_store_put(s, &m, &r) != 0:
             return 0  # nothing was written: the Python path raises the error
         self.handled += 1
+        if h.code == 310:
+            self.handled_v2 += 1
         self._n += 1
         self._wrote += r.wrote_bytes
         self._body += blen
@@ -436,6 +440,7 @@ cdef class SendPath:
         bad = None
         frames = []
         self.handled = 0
+        self.handled_v2 = 0
         self.error = None
         self.needs_allocate = False
         self.end_offset = 0

@@ -648,6 +648,8 @@ class Broker:
             **self.pop.status(),
             "timerDelivered": self.timer.delivered,
             "duplicatesDetected": self.dedup.duplicates if self.dedup else 0,
+            # pyrmq: sends stored and answered by the C send path (send_fast.py)
+            "sendFastPathServed": fast.served if (fast := self.send_processor.fast) else 0,
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,

@@ -128,6 +128,19 @@ class RemotingServer:
         self._rpc_skip = random.randint(1, 2 * every - 1) if every > 1 else 1
         return _observed(processor, observe, conn, cmd)
 
+    def observe_many(self, code: int, n: int, response: int, result: str, micros: int) -> None:
+        """n requests of one code answered outside handle() (the broker's C
+        send path), micros each: told to rpc_observer as handle() samples."""
+        observe = self.rpc_observer
+        if observe is None or n <= 0:
+            return
+        every = self.rpc_sample_every
+        skip = self._rpc_skip - n
+        while skip <= 0:
+            observe(code, response, result, micros)
+            skip += random.randint(1, 2 * every - 1) if every > 1 else 1
+        self._rpc_skip = skip
+
     def connection_closed(self, conn: Connection) -> None:
         """conn closed: the close listeners are told (the gRPC proxy's
         in-process channels call it themselves)."""

@@ -328,3 +328,49 @@ def test_sync_master_without_a_slave(arun, tmp_path):
             await c.shutdown()
 
     arun(main(), timeout=60)
+
+
+def test_rpc_metrics_count_sends_served_in_c(arun, tmp_path):
+    """rocketmq_rpc_latency counts every send the C path answers, as
+    handle() counts the Python path's (one observation a send, sampling 1)."""
+
+    async def main() -> None:
+        c = LocalCluster(
+            str(tmp_path / "store"),
+            metrics_exporter_type="PROM",
+            metrics_prom_exporter_host="127.0.0.1",
+            metrics_prom_exporter_port=0,
+            metrics_rpc_latency_sample_every=1,
+        )
+        await c.start()
+        p = Peer(c)
+        try:
+            await p.connect()
+            assert p.writer is not None and p.reader is not None
+            frames = [
+                RemotingCommand(
+                    RC.SEND_MESSAGE if i % 2 else RC.SEND_MESSAGE_V2,
+                    send_fields(TOPIC, i % 4) if i % 2 else v2(send_fields(TOPIC, i % 4)),
+                    b"m",
+                    opaque=i,
+                ).encode()
+                for i in range(100)
+            ]
+            a = await p.exchange(frames[0], False)  # teaches the topic
+            assert a is not None and a.code == R.SUCCESS
+            p.writer.write(b"".join(frames[1:]))
+            got = 0
+            while got < 99:
+                data = await p.reader.read(65536)
+                assert data
+                got += len(p.decoder.feed(data))
+            assert p.served == 99
+            counts = {labels: slots[0] for labels, slots in c.broker.metrics.rpc.snapshot()}
+            assert counts[("10", "0", "success")] == 50
+            assert counts[("310", "0", "success")] == 50
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await c.shutdown()
+
+    arun(main(), timeout=60)

@@ -11,8 +11,8 @@ send does; a test pins the C path's records and answers to it byte for
 byte (tests/integration/test_send_fast.py).
 
 This module does what is per chunk of frames, not per message: whether the
-C path may run at all (it does not while ACL, duplicate detection, RPC
-metrics, a slave role, a read-only broker, a full disk or a lagging
+C path may run at all (it does not while ACL, duplicate detection, a
+slave role, a read-only broker, a full disk or a lagging
 SYNC_FLUSH disk are in play), and after a chunk the topic statistics, the
 arrival notices to long-polling pulls, the index and allocation wake-ups,
 and in SYNC_FLUSH and on a SYNC_MASTER one wait for the chunk's last byte
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ from pyrmq.broker.processor.send_answer import (
     settled_ok,
 )
 from pyrmq.broker.topic_config import TopicConfigManager
-from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.command import FrameDecoder
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
@@ -93,27 +94,23 @@ class SendFastPath:
     def split(self, conn: Connection, buf: bytes | bytearray, max_frame: int) -> Frames:
         """split_frames for conn, the common sends served on the way."""
         server = self._server
-        if (
-            not self._processor.takes_plain_sends()
-            or server.has_rpc_hooks
-            or server.rpc_observer is not None
-            or conn.has_rpc_hook
-        ):
+        if not self._processor.takes_plain_sends() or server.has_rpc_hooks or conn.has_rpc_hook:
             return rmqcore.split_frames(buf, max_frame)
         sp = self._path()
         if sp is None:
             return rmqcore.split_frames(buf, max_frame)
         store = self._store
         sp.want_touched = store.has_arrival_listeners
+        t0 = time.perf_counter_ns()
         frames, used, answers = sp.split(buf, max_frame, born_host_of(conn))
         if sp.handled:
             self.served += sp.handled
-            self._settle(conn, sp, answers)
+            self._settle(conn, sp, answers, t0)
         if sp.error is not None:
             raise ValueError(sp.error)
         return frames, used
 
-    def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes) -> None:
+    def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes, t0: int) -> None:
         """What follows a chunk's puts: the store's wake-ups and notices, the
         topic statistics, and the answers (in SYNC_FLUSH once the chunk's
         last byte is durable, on a SYNC_MASTER once the slaves hold it)."""
@@ -127,10 +124,29 @@ class SendFastPath:
                     stats.inc_topic_put(topic, n, wrote)
                 if tallies is not None:
                     tallies.sent(topic, "normal", n, body)
+        n, v2 = sp.handled, sp.handled_v2
+        observe = self._server.rpc_observer
+        if observe is not None:
+            # each send is told the chunk's time per send, and in SYNC_FLUSH
+            # or on a SYNC_MASTER the wait before its answer as well
+            per_send_ns = (time.perf_counter_ns() - t0) // n
+            started = time.perf_counter_ns()
+
+            def tell(
+                wait_ns: int = 0, code: int = ResponseCode.SUCCESS, how: str = "success"
+            ) -> None:
+                us = (per_send_ns + wait_ns) // 1000
+                server = self._server
+                server.observe_many(RequestCode.SEND_MESSAGE, n - v2, code, how, us)
+                server.observe_many(RequestCode.SEND_MESSAGE_V2, v2, code, how, us)
+
         if not answers:
+            if observe is not None:
+                tell(how="oneway")  # as handle() tells a oneway send answered
             return
         flush = self._store.durable_future_at(sp.end_offset, sp.handled) if p.sync_flush else None
         replica = None
+        code: int = ResponseCode.SUCCESS
         ha = p.replica_wait
         if ha is not None:
             if ha.is_slave_ok(sp.end_offset):
@@ -139,9 +155,12 @@ class SendFastPath:
                 # stored on the master only; the clients decide
                 # (SendStatus.SLAVE_NOT_AVAILABLE), as send.py's _answer
                 answers = _each(answers, _slave_not_available)
+                code = ResponseCode.SLAVE_NOT_AVAILABLE
         waits = [f for f in (flush, replica) if f is not None and not settled_ok(f)]
         if not waits:
             conn.send_bytes(answers)
+            if observe is not None:
+                tell(code=code)
             return
         left = [len(waits)]
 
@@ -149,11 +168,14 @@ class SendFastPath:
             left[0] -= 1
             if left[0] > 0:
                 return
-            if all(settled_ok(w) for w in waits):
-                conn.send_bytes(answers)
-            else:
+            sent, answered = answers, code
+            if not all(settled_ok(w) for w in waits):
                 change = functools.partial(durable_answer, flush=flush, replica=replica)
-                conn.send_bytes(_each(answers, change))
+                sent = _each(answers, change)
+                answered = FrameDecoder().feed(sent[: _first_frame_len(sent)])[0].code
+            conn.send_bytes(sent)
+            if observe is not None:
+                tell(time.perf_counter_ns() - started, answered)
 
         for w in waits:
             w.add_done_callback(one_done)
@@ -166,6 +188,10 @@ def _each(answers: bytes, change: Callable[[RemotingCommand], RemotingCommand]) 
     if all(c.code == ResponseCode.SUCCESS for c in cmds):
         return answers
     return b"".join(c.encode() for c in cmds)
+
+
+def _first_frame_len(frames: bytes) -> int:
+    return 4 + int.from_bytes(frames[:4], "big")
 
 
 def _slave_not_available(answer: RemotingCommand) -> RemotingCommand:
