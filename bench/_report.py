@@ -264,6 +264,30 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if piped.get("lost"):
             row["note"] = f"{piped['lost']} acknowledged messages not stored"
         out.append(row)
+    if piped.get("systems"):
+        ps = piped["systems"]
+        single = ps["pyrmq-single"]["median_msgs_per_s"]
+        redis = ps["redis-everysec"]["median_msgs_per_s"]
+        ratio = _ratio(single, redis)
+        out.append({
+            "target": "pipelined single sends without auto-batching ≥ 1x Redis XADD pipelined "
+            f"(AOF everysec; medians of {piped['rounds']} alternating rounds)",
+            "pyrmq": single, "pyrmq_case": "pipelined, auto_batch=False, alternating",
+            "peer": "redis-everysec", "peer_value": redis, "peer_case": "pipelined, alternating",
+            "ratio": ratio, "goal": 1.0, "met": None if ratio is None else ratio >= 1.0,
+        })  # fmt: skip
+    if duel.get("systems"):
+        d = duel["systems"]
+        add(
+            "one-at-a-time acknowledged send, pyrmq's p50 ≤ 0.8x Redis's (issue 18; ratio: "
+            f"Redis p50 / pyrmq p50, median of {duel['rounds']} alternating rounds)",
+            (d["pyrmq"]["median_p50_ms"], "awaited p50 ms, alternating"),
+            "redis-everysec",
+            (d["redis-everysec"]["median_p50_ms"], "awaited p50 ms, alternating"),
+            1.25,
+            lower_is_better=True,
+        )
+    out += capacity_targets(doc)
     aw = find(py, "awaited", size)
     pr = find(s.get("redis-everysec"), "awaited", size)
     add(
@@ -275,6 +299,40 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         1.0,
         lower_is_better=True,
     )
+    return out
+
+
+def capacity_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 18's broker capacity targets, from bench.broker_report's
+    section b: pre-encoded 128 B single sends into one broker, beside the
+    same load on the Python send path (sendFastPathEnable=false)."""
+    rep = (doc.get("parts", {}).get("2") or {}).get("broker_report") or {}
+    sends = rep.get("send") or []
+
+    def find_send(server: str, flush: str) -> dict[str, Any] | None:
+        return next(
+            (r for r in sends if r["server"] == server and r["flush"] == flush
+             and r["body_len"] == 128 and r["shape"] == "pipelined"),
+            None,
+        )  # fmt: skip
+
+    python = find_send("python", "ASYNC_FLUSH")
+    out = []
+    for flush, goal in (("ASYNC_FLUSH", 250_000), ("SYNC_FLUSH", 150_000)):
+        r = find_send("pyrmq", flush)
+        if r is None:
+            continue
+        ratio = r["msgs_per_s"] / goal
+        beside = ""
+        if python is not None and flush == "ASYNC_FLUSH":
+            beside = f"; the Python send path {python['msgs_per_s']:,.0f} in the same run"
+        out.append({
+            "target": f"pre-encoded 128 B single sends into one broker, {flush}, ≥ {goal:,} "
+            f"msgs/s (issue 18; broker {r['server_cpu_us_per_msg']:.1f} µs CPU/msg{beside})",
+            "pyrmq": r["msgs_per_s"], "pyrmq_case": "bench.broker_report b, 2x4x256",
+            "peer": "target", "peer_value": goal, "peer_case": "",
+            "ratio": ratio, "goal": 1.0, "met": ratio >= 1.0,
+        })  # fmt: skip
     return out
 
 

@@ -160,3 +160,25 @@ def test_report_refuses_an_impossible_row() -> None:
     assert "| oneway | 1024 | **FAILED** |" in md
     assert "| oneway | 1024 | 0 |" not in md
     json.dumps(doc)
+
+
+def test_send_rows_and_capacity_targets() -> None:
+    """Section b's rows: the C send path against issue 18's goals, and the
+    Python send path measured beside it as its reference."""
+
+    def send(server: str, flush: str, rate: float) -> dict[str, Any]:
+        return {"server": server, "flush": flush, "body_len": 128, "shape": "pipelined",
+                "procs": 2, "conns": 4, "window": 256, "msgs_per_s": rate, "MBps": 1.0,
+                "server_cpu_us_per_msg": 3.0, "server_cpu_util": 1.0, "bad": 0}  # fmt: skip
+
+    sends = [
+        send("pyrmq", "ASYNC_FLUSH", 300_000.0),
+        send("python", "ASYNC_FLUSH", 100_000.0),
+        send("pyrmq", "SYNC_FLUSH", 140_000.0),
+    ]
+    rows = broker_report.build_rows(100.0, {}, sends, {}, [], [])
+    (py,) = [r for r in rows if "every send in Python" in r.measurement]
+    assert py.ratio == "3.00x faster in C" and "300,000" in py.reference
+    doc = {"parts": {"2": {"broker_report": {"send": sends}}}}
+    met = {t["target"].split(",")[1].strip(): t["met"] for t in _report.capacity_targets(doc)}
+    assert met == {"ASYNC_FLUSH": True, "SYNC_FLUSH": False}

@@ -139,8 +139,10 @@ def test_duel(tmp_path: pathlib.Path) -> None:
     }
     rows = [t for t in _report.targets(suite) if "alternating" in t["target"]]
     # d["ratio"] is rounded to 3 decimals: when small (a cold first round), that is
-    # more than 1% of it
-    assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(d["ratio"], rel=0.01, abs=5e-4)
+    # more than 1% of it; two goals: no worse than Redis, and issue 18's 0.8x
+    assert [r["goal"] for r in rows] == [1.0, 1.25]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(d["ratio"], rel=0.01, abs=5e-4)
     assert "pyrmq and Redis alternating" in _report.render(suite)
     assert not list(tmp_path.iterdir()), "data directories were not removed"
 
@@ -170,5 +172,7 @@ def test_pipelined_duel(tmp_path: pathlib.Path) -> None:
         d["ratios"]["autobatch_vs_redis_everysec"]["median"],
         d["ratios"]["sync_autobatch_vs_redis_always"]["median"],
     ]
+    (single,) = [t for t in _report.targets(suite) if "without auto-batching" in t["target"]]
+    assert single["pyrmq"] == d["systems"]["pyrmq-single"]["median_msgs_per_s"]
     assert "auto-batched, beside Redis" in _report.render(suite)
     assert not list(tmp_path.iterdir()), "data directories were not removed"
