@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from pyrmq.remoting.server import RemotingServer
 
 Frames = tuple[list[tuple[int, Any, bytes]], int]
+
+log = logging.getLogger("pyrmq.broker")
 
 
 class SendFastPath:
@@ -114,16 +117,22 @@ class SendFastPath:
         """What follows a chunk's puts: the store's wake-ups and notices, the
         topic statistics, and the answers (in SYNC_FLUSH once the chunk's
         last byte is durable, on a SYNC_MASTER once the slaves hold it)."""
-        self._store.appended(sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched])
         p = self._processor
-        stats, tallies = p.stats, p.tallies
-        if stats is not None or tallies is not None:
-            for t, n, wrote, body in sp.stats:
-                topic = t.decode()
-                if stats is not None:
-                    stats.inc_topic_put(topic, n, wrote)
-                if tallies is not None:
-                    tallies.sent(topic, "normal", n, body)
+        try:
+            self._store.appended(
+                sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched]
+            )
+            stats, tallies = p.stats, p.tallies
+            if stats is not None or tallies is not None:
+                for t, count, wrote, body in sp.stats:
+                    topic = t.decode()
+                    if stats is not None:
+                        stats.inc_topic_put(topic, count, wrote)
+                    if tallies is not None:
+                        tallies.sent(topic, "normal", count, body)
+        except Exception:
+            # the sends are stored: they are answered all the same
+            log.exception("bookkeeping after %d sends served in C failed", sp.handled)
         n, v2 = sp.handled, sp.handled_v2
         observe = self._server.rpc_observer
         if observe is not None:
