@@ -8,7 +8,9 @@ store time)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import hypothesis.strategies as st
@@ -80,6 +82,22 @@ class Peer:
                 m.pop(k, None)
             out.append(m)
         return out
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Any, **settings: Any) -> AsyncIterator[Peer]:
+    """A LocalCluster (broker settings as given) with TOPIC, and a raw
+    connection to its broker."""
+    c = LocalCluster(str(tmp_path / "store"), **settings)
+    await c.start()
+    p = Peer(c)
+    try:
+        await p.connect()
+        yield p
+    finally:
+        if p.writer is not None:
+            p.writer.close()
+        await c.shutdown()
 
 
 def _answer(cmd: RemotingCommand | None, c: LocalCluster) -> Any:
@@ -210,11 +228,8 @@ def test_what_the_c_path_serves(arun, tmp_path):
     the Python path's, and still answered right."""
 
     async def main() -> None:
-        c = LocalCluster(str(tmp_path / "store"))
-        await c.start()
-        p = Peer(c)
-        try:
-            await p.connect()
+        async with serving(tmp_path) as p:
+            c = p.c
 
             async def sent(fields: dict[str, Any], code: int = RC.SEND_MESSAGE) -> tuple[int, int]:
                 before = p.served
@@ -253,10 +268,6 @@ def test_what_the_c_path_serves(arun, tmp_path):
             assert await sent(send_fields(TOPIC, 3)) == (R.SYSTEM_ERROR, 0)
             assert await sent(send_fields(TOPIC, 1)) == (R.SUCCESS, 1)
             assert await sent(send_fields(TOPIC, 3)) == (R.SYSTEM_ERROR, 0)
-        finally:
-            if p.writer is not None:
-                p.writer.close()
-            await c.shutdown()
 
     arun(main(), timeout=60)
 
@@ -266,11 +277,8 @@ def test_sync_flush_answers_wait_for_the_disk(arun, tmp_path):
     durable, every one SUCCESS, and all are stored."""
 
     async def main() -> None:
-        c = LocalCluster(str(tmp_path / "store"), flush_disk_type=FlushDiskType.SYNC_FLUSH)
-        await c.start()
-        p = Peer(c)
-        try:
-            await p.connect()
+        async with serving(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH) as p:
+            c = p.c
             assert p.writer is not None and p.reader is not None
             # the Python path serves the topic's first send, and teaches it
             first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
@@ -292,10 +300,6 @@ def test_sync_flush_answers_wait_for_the_disk(arun, tmp_path):
             core = c.broker.store.core
             assert core.flushed_offset >= core.commit_log_max_offset
             assert sum(core.max_offset_in_queue(TOPIC, q) for q in range(4)) == 201
-        finally:
-            if p.writer is not None:
-                p.writer.close()
-            await c.shutdown()
 
     arun(main(), timeout=60)
 
@@ -305,11 +309,8 @@ def test_sync_master_without_a_slave(arun, tmp_path):
     answered SLAVE_NOT_AVAILABLE with the Python path's remark."""
 
     async def main() -> None:
-        c = LocalCluster(str(tmp_path / "store"), broker_role="SYNC_MASTER")
-        await c.start()
-        p = Peer(c)
-        try:
-            await p.connect()
+        async with serving(tmp_path, broker_role="SYNC_MASTER") as p:
+            c = p.c
             answers = []
             for i in range(3):
                 f = send_fields(TOPIC, 1, props(UNIQ_KEY=f"K{i}"))
@@ -322,10 +323,6 @@ def test_sync_master_without_a_slave(arun, tmp_path):
             ]
             assert p.served == 2  # the first taught the topic
             assert c.broker.store.core.max_offset_in_queue(TOPIC, 1) == 3
-        finally:
-            if p.writer is not None:
-                p.writer.close()
-            await c.shutdown()
 
     arun(main(), timeout=60)
 
@@ -335,17 +332,14 @@ def test_rpc_metrics_count_sends_served_in_c(arun, tmp_path):
     handle() counts the Python path's (one observation a send, sampling 1)."""
 
     async def main() -> None:
-        c = LocalCluster(
-            str(tmp_path / "store"),
+        async with serving(
+            tmp_path,
             metrics_exporter_type="PROM",
             metrics_prom_exporter_host="127.0.0.1",
             metrics_prom_exporter_port=0,
             metrics_rpc_latency_sample_every=1,
-        )
-        await c.start()
-        p = Peer(c)
-        try:
-            await p.connect()
+        ) as p:
+            c = p.c
             assert p.writer is not None and p.reader is not None
             frames = [
                 RemotingCommand(
@@ -368,9 +362,5 @@ def test_rpc_metrics_count_sends_served_in_c(arun, tmp_path):
             counts = {labels: slots[0] for labels, slots in c.broker.metrics.rpc.snapshot()}
             assert counts[("10", "0", "success")] == 50
             assert counts[("310", "0", "success")] == 50
-        finally:
-            if p.writer is not None:
-                p.writer.close()
-            await c.shutdown()
 
     arun(main(), timeout=60)
