@@ -11,8 +11,10 @@ traceback."""
 from __future__ import annotations
 
 import pathlib
+import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
@@ -31,7 +33,7 @@ def one_error_line(r: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def default_store(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+def default_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
     """A store with the broker's default geometry, written through a real
     standalone and the produce tool, then stopped (by its PID)."""
     work = tmp_path_factory.mktemp("defaults")
@@ -43,7 +45,9 @@ def default_store(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
             assert r.returncode == 0, r.stderr
     finally:
         assert server.stop() == 0
-    return work / "store"
+    yield work / "store"
+    # 1 GiB segments, allocated: not kept until the session ends
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def test_store_dump_reads_a_default_geometry_store_without_being_told(default_store):

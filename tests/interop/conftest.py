@@ -73,6 +73,7 @@ import json
 import os
 import pathlib
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,11 +272,14 @@ def create_topic() -> object:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneServer]:
     """One server for the module; tests keep apart by using their own topics and groups."""
-    srv = StandaloneServer(tmp_path_factory.mktemp("standalone"), "pyrmq standalone (module)")
+    work = tmp_path_factory.mktemp("standalone")
+    srv = StandaloneServer(work, "pyrmq standalone (module)")
     srv.start()
     yield srv
     rc = srv.stop()
     assert rc == 0, f"pyrmq standalone exit status on SIGTERM: {rc}\n{srv.log_tail(60)}"
+    # its 1 GiB segments are allocated: not kept until the session ends
+    shutil.rmtree(work, ignore_errors=True)
 
 
 #: proxy_server's broker.conf: a transaction left open for 1 s is asked
@@ -306,6 +310,7 @@ def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalon
     yield srv
     rc = srv.stop()
     assert rc == 0, f"exit status on SIGTERM: {rc}\n{srv.log_tail(60)}"
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -107,6 +108,8 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
         finally:
             rc = proxy.stop()
             assert rc == 0, f"pyrmq proxy exit status on SIGTERM: {rc}\n{proxy.log_tail(60)}"
+    # three stores of allocated 1 GiB segments: not kept until the session ends
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def receive(p: Proxied, topic: str, group: str, want: int, **kw: Any) -> list[dict[str, Any]]:
