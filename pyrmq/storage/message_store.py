@@ -299,13 +299,17 @@ class MessageStore:
             born_host=born_host,
             reconsume_times=reconsume_times,
         )
-        if r.needs_allocate:
-            self._schedule_allocate()
-        if not self._indexing:
-            self._schedule_index()
+        self._wake_after_put(r.needs_allocate)
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
+
+    def _wake_after_put(self, needs_allocate: bool) -> None:
+        """The allocation and index threads' turn after puts."""
+        if needs_allocate:
+            self._schedule_allocate()
+        if not self._indexing:
+            self._schedule_index()
 
     def writable_core(self) -> rmqcore.MessageStoreCore | None:
         """The core while puts may go to it directly (started, disk not
@@ -323,10 +327,7 @@ class MessageStore:
         """After puts made on writable_core() itself: what put_message_nowait
         does after its put (allocation and index wake-ups; the listeners
         told each (topic, queue id, max offset))."""
-        if needs_allocate:
-            self._schedule_allocate()
-        if not self._indexing:
-            self._schedule_index()
+        self._wake_after_put(needs_allocate)
         for topic, queue_id, max_offset in queues:
             self._notify(topic, queue_id, max_offset)
 
@@ -474,9 +475,7 @@ class MessageStore:
         durable (False: syncFlushTimeout passed first; an exception if the
         flush failed). None in ASYNC_FLUSH. For callers that answer from a
         callback instead of a task per put (the broker's send path)."""
-        if self._group_commit is None:
-            return None
-        return self._group_commit.wait_flushed(r.phys_offset + r.wrote_bytes)
+        return self.durable_future_at(r.phys_offset + r.wrote_bytes, 1)
 
     def durable_future_at(self, end: int, sends: int) -> asyncio.Future[bool] | None:
         """durable_future for the CommitLog bytes below end, which sends
