@@ -114,25 +114,34 @@ class SendFastPath:
         return frames, used
 
     def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes, t0: int) -> None:
-        """What follows a chunk's puts: the store's wake-ups and notices, the
-        topic statistics, and the answers (in SYNC_FLUSH once the chunk's
-        last byte is durable, on a SYNC_MASTER once the slaves hold it)."""
-        p = self._processor
+        """What follows a chunk's puts: its bookkeeping, then its answers."""
         try:
-            self._store.appended(
-                sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched]
-            )
-            stats, tallies = p.stats, p.tallies
-            if stats is not None or tallies is not None:
-                for t, count, wrote, body in sp.stats:
-                    topic = t.decode()
-                    if stats is not None:
-                        stats.inc_topic_put(topic, count, wrote)
-                    if tallies is not None:
-                        tallies.sent(topic, "normal", count, body)
+            self._book(sp)
         except Exception:
             # the sends are stored: they are answered all the same
             log.exception("bookkeeping after %d sends served in C failed", sp.handled)
+        self._answer(conn, sp, answers, t0)
+
+    def _book(self, sp: rmqcore.SendPath) -> None:
+        """The store's wake-ups and arrival notices, the topic statistics and
+        the metrics' message tallies of a chunk."""
+        self._store.appended(sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched])
+        p = self._processor
+        stats, tallies = p.stats, p.tallies
+        if stats is None and tallies is None:
+            return
+        for t, count, wrote, body in sp.stats:
+            topic = t.decode()
+            if stats is not None:
+                stats.inc_topic_put(topic, count, wrote)
+            if tallies is not None:
+                tallies.sent(topic, "normal", count, body)
+
+    def _answer(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes, t0: int) -> None:
+        """A chunk's answers: now in ASYNC_FLUSH; in SYNC_FLUSH once its last
+        byte is durable, on a SYNC_MASTER once the slaves hold it; each told
+        to the RPC metrics."""
+        p = self._processor
         n, v2 = sp.handled, sp.handled_v2
         observe = self._server.rpc_observer
         if observe is not None:
