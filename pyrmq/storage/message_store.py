@@ -382,8 +382,7 @@ class MessageStore:
             born_timestamp=born_timestamp,
             born_host=born_host,
         )
-        if r.needs_allocate:
-            self._schedule_allocate()
+        self._wake_after_put(r.needs_allocate)
         if self._listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r

@@ -534,3 +534,23 @@ def test_async_index_builds_off_the_put_path_and_lookups_see_every_put(tmp_path,
                 assert [m["body"] for m in await store.query_message("T", f"k{i}")] == [b"%d" % i]
 
     run(main())
+
+
+def test_async_index_builds_after_a_batch_put_by_itself(tmp_path, run):
+    """A batch put wakes the index thread as a single put does: its keys
+    are indexed with no later put or lookup to start the build."""
+
+    async def main():
+        cfg = small_config(str(tmp_path), message_index_async=True)
+        async with MessageStore(cfg) as store:
+            batch = rmqcore.encode_batch(
+                [(b"b%d" % i, {"KEYS": f"bk{i}", "UNIQ_KEY": f"{i:032X}"}, 0) for i in range(50)]
+            )
+            store.put_messages_nowait("T", 0, batch)
+            for _ in range(500):  # bounded: 5 s for the index thread
+                if store.core.index_lag == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.core.index_lag == 0
+
+    run(main())
