@@ -246,6 +246,16 @@ def encode_json_header(
     remark: str | None,
     ext: dict[str, Any],
 ) -> bytes: ...
+def encode_json_frame(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, Any],
+    body: bytes | bytearray | memoryview,
+) -> bytes: ...
 
 # The broker's common send in C (rmqcore/_sendpath.pyx)
 class SendPath:

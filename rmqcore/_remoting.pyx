@@ -119,9 +119,111 @@ cdef inline char *_put_str(char *o, str s) except NULL:
     return o + 1
 
 
-cdef inline char *_put_int(char *o, long long v):
-    cdef bytes t = str(v).encode()
-    return _put(o, PyBytes_AS_STRING(t), <size_t>len(t))
+cdef inline char *_put_ll(char *o, long long v):
+    cdef char tmp[24]
+    cdef int i = 24
+    cdef unsigned long long u = <unsigned long long>v
+    if v < 0:
+        u = <unsigned long long>0 - u
+    while True:
+        i -= 1
+        tmp[i] = <char>(48 + <int>(u % 10))
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        i -= 1
+        tmp[i] = b'-'
+    return _put(o, &tmp[i], <size_t>(24 - i))
+
+
+cdef inline Py_ssize_t _utf8_len(str s) except -1:
+    cdef Py_ssize_t n
+    PyUnicode_AsUTF8AndSize(s, &n)
+    return n
+
+
+cdef dict _stringly(dict ext):
+    """ext with every key and value a str (str() of what is not)."""
+    return {k if type(k) is str else str(k): v if type(v) is str else str(v)
+            for k, v in ext.items()}
+
+
+cdef Py_ssize_t _header_bound(str language, remark, dict ext) except -1:
+    """An upper bound of the header's size; every key is a str and every
+    value a str or an exact int (see _stringly)."""
+    cdef Py_ssize_t size = 160 + 6 * _utf8_len(language)
+    for k, v in ext.items():
+        size += 6 * _utf8_len(k) + 4
+        size += 6 * _utf8_len(v) + 4 if type(v) is str else 24
+    if remark is not None:
+        size += 6 * _utf8_len(remark) + 4
+    return size
+
+
+cdef char *_write_header(char *o, long long code, str language, long long version,
+                         long long opaque, long long flag, remark, dict ext) except NULL:
+    cdef bint first = True
+    o = _put(o, b'{"code":', 8)
+    o = _put_ll(o, code)
+    o = _put(o, b',"extFields":{', 14)
+    for k, v in ext.items():
+        if not first:
+            o[0] = b','
+            o += 1
+        first = False
+        o = _put_str(o, k)
+        o[0] = b':'
+        o += 1
+        if type(v) is str:
+            o = _put_str(o, v)
+        else:
+            o[0] = b'"'
+            o = _put_ll(o + 1, v)
+            o[0] = b'"'
+            o += 1
+    o = _put(o, b'},"flag":', 9)
+    o = _put_ll(o, flag)
+    o = _put(o, b',"language":', 12)
+    o = _put_str(o, language)
+    o = _put(o, b',"opaque":', 10)
+    o = _put_ll(o, opaque)
+    o = _put(o, b',"remark":', 10)
+    if remark is None:
+        o = _put(o, b'null', 4)
+    else:
+        o = _put_str(o, remark)
+    o = _put(o, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
+    o = _put_ll(o, version)
+    o[0] = b'}'
+    return o + 1
+
+
+cdef inline bint _plain_ext(dict ext):
+    for k, v in ext.items():
+        if type(k) is not str or (type(v) is not str and type(v) is not int):
+            return False
+    return True
+
+
+cdef Py_ssize_t _header_into_scratch(long long code, str language, long long version,
+                                     long long opaque, long long flag, remark,
+                                     dict ext) except -1:
+    """Write the JSON header into _scratch; its length. Values that are not
+    a str are written as str() writes them: an exact int by _put_ll, the
+    rest (bools, floats, enums, ints past 64 bits) through str()."""
+    cdef char *buf
+    if remark is not None and type(remark) is not str:
+        remark = str(remark)
+    if not _plain_ext(ext):
+        ext = _stringly(ext)
+    buf = _scratch.get(<size_t>_header_bound(language, remark, ext))
+    try:
+        return _write_header(buf, code, language, version, opaque, flag, remark, ext) - buf
+    except OverflowError:
+        ext = _stringly(ext)
+        buf = _scratch.get(<size_t>_header_bound(language, remark, ext))
+        return _write_header(buf, code, language, version, opaque, flag, remark, ext) - buf
 
 
 def encode_json_header(long long code, str language, long long version, long long opaque,
@@ -129,52 +231,28 @@ def encode_json_header(long long code, str language, long long version, long lon
     """The JSON header of a RemotingCommand: integer code/flag/opaque/version,
     every extFields value as a JSON string (str() of non-str values), remark
     a string or null."""
-    cdef Py_ssize_t size = 160 + 6 * len(language)
-    cdef Py_ssize_t n
-    cdef char *buf
-    cdef char *o
-    items = []
-    for k, v in ext.items():
-        ks = k if type(k) is str else str(k)
-        vs = v if type(v) is str else str(v)
-        PyUnicode_AsUTF8AndSize(ks, &n)
-        size += 6 * n + 4
-        PyUnicode_AsUTF8AndSize(vs, &n)
-        size += 6 * n + 4
-        items.append((ks, vs))
-    if remark is not None:
-        if type(remark) is not str:
-            remark = str(remark)
-        PyUnicode_AsUTF8AndSize(remark, &n)
-        size += 6 * n + 4
-    buf = _scratch.get(<size_t>size)
-    o = buf
-    o = _put(o, b'{"code":', 8)
-    o = _put_int(o, code)
-    o = _put(o, b',"extFields":{', 14)
-    first = True
-    for ks, vs in items:
-        if not first:
-            o[0] = b','
-            o += 1
-        first = False
-        o = _put_str(o, ks)
-        o[0] = b':'
-        o += 1
-        o = _put_str(o, vs)
-    o = _put(o, b'},"flag":', 9)
-    o = _put_int(o, flag)
-    o = _put(o, b',"language":', 12)
-    o = _put_str(o, language)
-    o = _put(o, b',"opaque":', 10)
-    o = _put_int(o, opaque)
-    o = _put(o, b',"remark":', 10)
-    if remark is None:
-        o = _put(o, b'null', 4)
-    else:
-        o = _put_str(o, remark)
-    o = _put(o, b',"serializeTypeCurrentRPC":"JSON","version":', 44)
-    o = _put_int(o, version)
-    o[0] = b'}'
-    o += 1
-    return PyBytes_FromStringAndSize(buf, o - buf)
+    cdef Py_ssize_t hlen = _header_into_scratch(code, language, version, opaque, flag,
+                                                remark, ext)
+    return PyBytes_FromStringAndSize(_scratch.buf, hlen)
+
+
+def encode_json_frame(long long code, str language, long long version, long long opaque,
+                      long long flag, remark, dict ext, body) -> bytes:
+    """A whole frame with a JSON header (the layout in
+    pyrmq/remoting/command.py): the length fields, encode_json_header's
+    header, then body, in one bytes."""
+    cdef Py_ssize_t hlen, blen
+    cdef bytes frame
+    cdef char *f
+    if type(body) is not bytes:
+        body = bytes(body)
+    hlen = _header_into_scratch(code, language, version, opaque, flag, remark, ext)
+    blen = len(<bytes>body)
+    frame = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)
+    f = PyBytes_AS_STRING(frame)
+    _put_be32(<unsigned char *>f, <uint32_t>(4 + hlen + blen))
+    _put_be32(<unsigned char *>f + 4, <uint32_t>hlen)
+    memcpy(f + 8, _scratch.buf, <size_t>hlen)
+    if blen:
+        memcpy(f + 8 + hlen, PyBytes_AS_STRING(<bytes>body), <size_t>blen)
+    return frame

@@ -43,6 +43,7 @@ from typing import Any
 
 from pyrmq.common.errors import RemotingError
 from pyrmq.remoting.codes import LanguageCode
+from rmqcore import encode_json_frame as _encode_json_frame
 from rmqcore import encode_json_header as _encode_json_header
 from rmqcore import split_frames as _split_frames
 
@@ -157,6 +158,17 @@ class RemotingCommand:
 
     def encode(self) -> bytes:
         """The whole frame."""
+        if self.serialize_type != SERIALIZE_ROCKETMQ:
+            return _encode_json_frame(
+                self.code,
+                self.language,
+                self.version,
+                self.opaque,
+                self.flag,
+                self.remark,
+                self.ext_fields,
+                self.body,
+            )
         header = self.encode_header()
         body = self.body
         return (

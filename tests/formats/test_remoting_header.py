@@ -88,7 +88,10 @@ def test_non_string_ext_values_arrive_as_their_text(ext, junk):
     opaque=st.integers(0, 2**31 - 1),
     language=text,
     remark=st.one_of(st.none(), text),
-    ext=st.dictionaries(text, st.one_of(text, st.integers())),
+    # ints past 64 bits, bools and floats take the encoder's str() paths
+    ext=st.dictionaries(
+        text, st.one_of(text, st.integers(), st.booleans(), st.floats(allow_nan=False))
+    ),
 )
 def test_encode_is_valid_json_with_string_ext_values(code, opaque, language, remark, ext):
     raw = rmqcore.encode_json_header(code, language, 401, opaque, 1, remark, ext)
@@ -98,6 +101,23 @@ def test_encode_is_valid_json_with_string_ext_values(code, opaque, language, rem
     assert head["extFields"] == {k: str(v) for k, v in ext.items()}
     assert all(isinstance(v, str) for v in head["extFields"].values())
     assert rmqcore.decode_json_header(raw)[6] == {k: str(v) for k, v in ext.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    code=st.integers(-(2**63), 2**63 - 1),
+    opaque=st.integers(-(2**63), 2**63 - 1),
+    remark=st.one_of(st.none(), text),
+    ext=st.dictionaries(text, st.one_of(text, st.integers(), st.booleans())),
+    body=st.binary(max_size=300),
+    as_view=st.booleans(),
+)
+def test_encode_frame_is_length_fields_header_and_body(code, opaque, remark, ext, body, as_view):
+    header = rmqcore.encode_json_header(code, "PYTHON", 401, opaque, 0, remark, ext)
+    frame = rmqcore.encode_json_frame(
+        code, "PYTHON", 401, opaque, 0, remark, ext, memoryview(body) if as_view else body
+    )
+    assert frame == struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
 
 
 @pytest.mark.parametrize(
