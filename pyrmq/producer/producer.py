@@ -29,6 +29,7 @@ from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQErro
 from pyrmq.common.message import COMPRESS_LEVEL, Message, MessageQueue
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.common.route import TopicPublishInfo, TopicRouteData
+from pyrmq.producer.attempt import FirstAttempt, route_suspect
 from pyrmq.producer.batching import DEFAULT_MAX_DELAY_MS, SendAccumulator
 from pyrmq.producer.fault import MQFaultStrategy
 from pyrmq.producer.prepare import SendJob, make_job
@@ -54,16 +55,6 @@ SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 
 def _is_busy(e: BaseException | None) -> bool:
     return isinstance(e, BrokerError) and e.code == ResponseCode.SYSTEM_BUSY
-
-
-def _route_suspect(e: BaseException) -> bool:
-    """True when a failed send may come from a stale route (broker gone,
-    topic moved): look the route up again. SYSTEM_BUSY says the broker is
-    there and overloaded: asking the name server again for each refused
-    send would only carry the overload over to it."""
-    if isinstance(e, BrokerError):
-        return e.code != ResponseCode.SYSTEM_BUSY
-    return isinstance(e, RemotingError)
 
 
 class Producer:
@@ -563,11 +554,10 @@ class Producer:
         callback, if any, runs as soon as the outcome is known; `counted`
         sends are in self._inflight until then."""
         timeout = self.send_msg_timeout if timeout is None else timeout
-        topic, uniq, mq, selector = job.topic, job.uniq, job.mq, job.selector
-        loop = asyncio.get_running_loop()
+        mq, selector = job.mq, job.selector
         if out is None:
-            out = loop.create_future()
-        info = self.topic_publish_info_table.get(topic)
+            out = asyncio.get_running_loop().create_future()
+        info = self.topic_publish_info_table.get(job.topic)
         conn = None
         if (
             mq is None
@@ -585,78 +575,19 @@ class Producer:
                 # _send picks again: give the turn back, or this broker is
                 # skipped for as long as it has no open connection
                 info.index = turn
-        if conn is None:
-            slow = asyncio.ensure_future(
-                self._send(
-                    job,
-                    timeout,
-                    retries,
-                )
-            )
+        if conn is None or addr is None:
+            slow = asyncio.ensure_future(self._send(job, timeout, retries))
             slow.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
             return out
         born = int(time.time() * 1000)
         cmd = self._command(job, target, born)
-        t0 = loop.time()
-
-        def done(resp: RemotingCommand | None, exc: BaseException | None) -> None:
-            elapsed = loop.time() - t0
-            error: BaseException | None = exc
-            if error is None:
-                try:
-                    result = self.client.api.send_result(resp, target, uniq, addr)  # type: ignore[arg-type]
-                except (RemotingError, BrokerError) as e:
-                    error = e
-                except BaseException as e:  # a bug: surface it to the caller
-                    self._settle(out, callback, counted, None, e)
-                    return
-            if error is not None:
-                self.fault_strategy.update_fault_item(target.broker_name, int(elapsed * 1000), True)
-                if (isinstance(error, BrokerError) and not error.retriable) or retries <= 0:
-                    self._settle(out, callback, counted, None, error)
-                    return
-                log.info("send to %s failed (attempt 1 of %d): %s", target, retries + 1, error)
-                if _route_suspect(error):
-                    self._check_route_soon(topic)
-            else:
-                self.fault_strategy.update_fault_item(
-                    target.broker_name, int(elapsed * 1000), False
-                )
-                if self.tracer is not None and not job.batch:
-                    self.tracer.append_pub(job.msg, result, addr or "", born, int(elapsed * 1000))
-                if (
-                    result.send_status is SendStatus.SEND_OK
-                    or not self.retry_another_broker_when_not_store_ok
-                    or retries <= 0
-                ):
-                    self._settle(out, callback, counted, result, None)
-                    return
-            left = timeout - elapsed
-            if left <= 0:
-                self._settle(
-                    out,
-                    callback,
-                    counted,
-                    None,
-                    error or RemotingError(f"sending to {topic} timed out"),
-                )
-                return
-            nxt = asyncio.ensure_future(
-                self._send(
-                    job,
-                    left,
-                    retries - 1,
-                    target.broker_name,
-                    born,
-                    error,
-                )
-            )
-            nxt.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
-
+        attempt = FirstAttempt(
+            self, job, out, callback, counted, retries, timeout, target, addr, born
+        )
         try:
-            conn.request_cb(cmd, timeout, done)
+            conn.request_cb(cmd, timeout, attempt)
         except RemotingError as e:
-            done(None, e)
+            attempt(None, e)
         return out
 
     def _settle(
@@ -780,7 +711,7 @@ class Producer:
                 log.info(
                     "send to %s failed (attempt %d of %d): %s", target, attempt + 1, attempts, e
                 )
-                if _route_suspect(e):
+                if route_suspect(e):
                     self._check_route_soon(topic)
                 continue
             elapsed_ms = int((loop.time() - t0) * 1000)
