@@ -418,6 +418,9 @@ class _UniqIdGenerator:
         self._counter = itertools.count()
         self._month_start = 0.0
         self._next_month = 0.0
+        #: the prefix and the time of the last id: ids of one millisecond share it
+        self._ms = -1
+        self._head = ""
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -436,6 +439,7 @@ class _UniqIdGenerator:
             .upper()
         )
         self._counter = itertools.count(random.getrandbits(16))
+        self._ms = -1
 
     def _month(self, now: float) -> None:
         t = time.localtime(now)
@@ -450,8 +454,11 @@ class _UniqIdGenerator:
         if now >= self._next_month:
             self._month(now)
         ms = int((now - self._month_start) * 1000) & 0xFFFFFFFF
-        seq = next(self._counter) & 0xFFFF
-        return f"{self._prefix}{ms:08X}{seq:04X}"
+        if ms != self._ms:
+            self._ms = ms
+            self._head = f"{self._prefix}{ms:08X}"
+        # %-formatting: half the time of an f-string's format spec, per id
+        return "%s%04X" % (self._head, next(self._counter) & 0xFFFF)  # noqa: UP031
 
     def reserve(self, n: int) -> tuple[str, int]:
         """(head, first counter value) for n ids made elsewhere (the batch
