@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pyrmq.common.errors import BrokerError, QueryNotFoundError, RemotingError
 from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
-from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus
+from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus, new_send_result
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.topics import TBW102
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -176,7 +176,7 @@ class MQClientAPI:
             queue_offset = int(f.get("queueOffset", -1))
         except ValueError:
             raise RemotingError(f"broker {addr} sent a malformed send response: {f}") from None
-        return SendResult(
+        return new_send_result(
             status,
             unique_ids,
             f.get("msgId", ""),
