@@ -601,44 +601,51 @@ async def _consume(c: _Ctx) -> list[dict[str, Any]]:
     return await _consume_cases(c.a, c.budget, c.server_cpu_s, c.label, c.log, c.size, c.body)
 
 
+async def e2e_once(
+    a: Adapter,
+    size: int,
+    body: bytes,
+    rate: float,
+    warmup: float,
+    seconds: float,
+    log: Callable[[str], None],
+    label: str,
+) -> dict[str, Any]:
+    """One produce-to-consume latency row: a fresh stream, its usual
+    consumer listening, stamped messages at `rate` msgs/s for warmup +
+    seconds (bench.duel --e2e alternates these between two systems)."""
+    s = await a.new_stream(f"e2e{size}r{int(rate)}")
+    await a.awaited_send(s, bytes(8) + body[8:])()  # stamped 0: not measured
+    probe = LatencyProbe()
+    stop = await a.listen(s, probe)
+    flow = Flow()
+    fire = a.fire(s, flow)
+
+    async def send(b: bytes) -> None:
+        await fire(b)
+        flow.sent += 1
+
+    try:
+        lat = await fixed_rate(send, body, rate, warmup, seconds, probe)
+        await flow.drain(30)
+    finally:
+        await stop()
+    row = {"case": "e2e", "body": size, "messages": lat["received"], "failed": flow.failed, **lat}
+    log(
+        f"  {label} e2e {size} B at {rate:,.0f}/s: p50 {row['p50_ms']:.2f} / p99 "
+        f"{row['p99_ms']:.2f} / p99.9 {row['p999_ms']:.2f} ms "
+        f"({row['received']:,} of {row['sent']:,})"
+    )
+    await a.drop_stream(s)
+    return row
+
+
 async def _e2e(c: _Ctx) -> list[dict[str, Any]]:
-    rows = []
-    for rate in c.budget.e2e_rates:
-        s = await c.a.new_stream(f"e2e{c.size}r{int(rate)}")
-        await c.a.awaited_send(s, bytes(8) + c.body[8:])()  # stamped 0: not measured
-        probe = LatencyProbe()
-        stop = await c.a.listen(s, probe)
-        flow = Flow()
-        fire = c.a.fire(s, flow)
-
-        async def send(
-            b: bytes, fire: Callable[[bytes], Awaitable[None]] = fire, flow: Flow = flow
-        ) -> None:
-            await fire(b)
-            flow.sent += 1
-
-        try:
-            lat = await fixed_rate(
-                send, c.body, rate, c.budget.e2e_warmup, c.budget.e2e_seconds, probe
-            )
-            await flow.drain(30)
-        finally:
-            await stop()
-        row = {
-            "case": "e2e",
-            "body": c.size,
-            "messages": lat["received"],
-            "failed": flow.failed,
-            **lat,
-        }
-        c.log(
-            f"  {c.label} e2e {c.size} B at {rate:,.0f}/s: p50 {row['p50_ms']:.2f} / p99 "
-            f"{row['p99_ms']:.2f} / p99.9 {row['p999_ms']:.2f} ms "
-            f"({row['received']:,} of {row['sent']:,})"
-        )
-        rows.append(row)
-        await c.a.drop_stream(s)
-    return rows
+    b = c.budget
+    return [
+        await e2e_once(c.a, c.size, c.body, rate, b.e2e_warmup, b.e2e_seconds, c.log, c.label)
+        for rate in b.e2e_rates
+    ]
 
 
 _CASES: tuple[tuple[str, Callable[[_Ctx], Awaitable[list[dict[str, Any]]]]], ...] = (

@@ -31,6 +31,11 @@ XLEN); a shortfall is in ``lost`` and fails the duel.
 
     python -m bench.duel [--rounds 10] [--seconds 1.0] [--size 128] [--json out.json]
     python -m bench.duel --pipelined [--rounds 5] [--seconds 2.0]
+    python -m bench.duel --e2e [--rounds 6] [--seconds 5.0] [--rate 1000]
+
+``--e2e`` runs the produce-to-consume duel with NATS JetStream (issue 18):
+stamped messages at a fixed rate, each system's usual push consumer
+timing them on arrival, alternating rounds (run_e2e says how).
 """
 
 from __future__ import annotations
@@ -284,6 +289,81 @@ def run_pipelined(
     }
 
 
+def run_e2e(
+    root: str,
+    rounds: int = 6,
+    seconds: float = 5.0,
+    size: int = 128,
+    rate: float = 1000.0,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """The produce-to-consume duel (issue 18: p50 and p99 at 1,000 msgs/s
+    no worse than NATS's): a ``pyrmq standalone`` (ASYNC_FLUSH) and a
+    nats-server with JetStream (file storage) up at once; every round runs
+    bench._e2e.e2e_once on each, `rate` stamped messages a second for 1 s
+    of warm-up and `seconds` measured, into a fresh topic or stream with
+    the system's usual push consumer listening; the order swaps every
+    round. Ratios are NATS's median over pyrmq's (>= 1: pyrmq no slower)."""
+    from bench.client_bench import PyrmqAdapter
+    from bench.peers import _servers, missing
+    from bench.peers.nats_js import open_adapter
+    from pyrmq import Producer
+
+    why = missing("nats")
+    if why:
+        return {"skipped": why}
+    body = _e2e.body_of(size)
+    with bl.standalone(root, "ASYNC_FLUSH") as psrv, _servers.nats_server(root) as nsrv:
+        log(f"e2e duel: pyrmq pid {psrv.pid}, {nsrv.version} pid {nsrv.pid}, {rate:,.0f} msgs/s")
+
+        async def main() -> dict[str, list[dict[str, Any]]]:
+            async with Producer("bench-duel-e2e", psrv.namesrv) as p:
+                na = await open_adapter(nsrv.host, nsrv.port)
+                try:
+                    adapters: dict[str, Any] = {"pyrmq": PyrmqAdapter(psrv, p), "nats": na}
+                    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in adapters}
+                    order = list(adapters)
+                    for k in range(rounds):
+                        for name in order if k % 2 == 0 else order[::-1]:
+                            rows[name].append(
+                                await _e2e.e2e_once(
+                                    adapters[name], size, body, rate, 1.0, seconds, log, name
+                                )
+                            )
+                    return rows
+                finally:
+                    await na.close()
+
+        got = asyncio.run(main())
+
+    def median(name: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in got[name]), 4)
+
+    systems = {
+        name: {
+            "p50_ms_per_round": [r["p50_ms"] for r in rows],
+            "p99_ms_per_round": [r["p99_ms"] for r in rows],
+            "median_p50_ms": median(name, "p50_ms"),
+            "median_p99_ms": median(name, "p99_ms"),
+            "received": sum(r["received"] for r in rows),
+            "sent": sum(r["sent"] for r in rows),
+            "failed": sum(r["failed"] for r in rows),
+        }
+        for name, rows in got.items()
+    }
+    ps, ns = systems["pyrmq"], systems["nats"]
+    return {
+        "rounds": rounds,
+        "seconds": seconds,
+        "rate": rate,
+        "body": size,
+        "systems": systems,
+        "p50_ratio": round(ns["median_p50_ms"] / ps["median_p50_ms"], 3),
+        "p99_ratio": round(ns["median_p99_ms"] / ps["median_p99_ms"], 3),
+        "lost": sum(s["sent"] - s["received"] + s["failed"] for s in systems.values()),
+    }
+
+
 def _redis_count(ra: Any, stream: str) -> Callable[[], Any]:
     async def count() -> int:
         return int(await ra.r.xlen(stream))
@@ -312,11 +392,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--json")
     ap.add_argument("--pipelined", action="store_true", help="the throughput duel")
+    ap.add_argument("--e2e", action="store_true", help="the produce-to-consume duel with NATS")
+    ap.add_argument("--rate", type=float, default=1000.0, help="msgs/s of the --e2e duel")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    if args.pipelined:
-        doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
+    if args.pipelined or args.e2e:
+        if args.e2e:
+            doc = run_e2e(args.dir, args.rounds, args.seconds, args.size, args.rate, log=log)
+        else:
+            doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
         doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
         print(json.dumps(doc, indent=1))
         if args.json:
