@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,10 +107,16 @@ def run_cpp(b: Budget, brk: bl.Server, ans: bl.Server) -> dict[str, Any]:
                     f"{r['server_cpu_us_per_msg']:.1f} µs CPU/msg{_noted(r)}")
                 runs[name].append(r)
         out[mode] = {k: best_ok(v, "server_msgs_per_s") for k, v in runs.items()}
+        pairs = [(p, a) for p, a in zip(runs["pyrmq"], runs["answer"], strict=True)
+                 if not p.get("row_failed") and not a.get("row_failed")]
         out[mode]["paired_ratios"] = [
-            round(p["server_msgs_per_s"] / a["server_msgs_per_s"], 3)
-            for p, a in zip(runs["pyrmq"], runs["answer"], strict=True)
-            if not p.get("row_failed") and not a.get("row_failed")]
+            round(p["server_msgs_per_s"] / a["server_msgs_per_s"], 3) for p, a in pairs]
+        # issue 18: the broker's CPU per message against the answer server's,
+        # repeat by repeat (<= 1: pyrmq costs no more), and their median
+        cpu = [round(p["server_cpu_us_per_msg"] / a["server_cpu_us_per_msg"], 3)
+               for p, a in pairs if a["server_cpu_us_per_msg"]]
+        out[mode]["paired_cpu_ratios"] = cpu
+        out[mode]["median_cpu_ratio"] = statistics.median(cpu) if cpu else None
     return out
 
 
@@ -290,6 +297,14 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
             f"{_n(p['server_msgs_per_s'])} msg/s",
             f"answer server {_n(a['server_msgs_per_s'])} msg/s", f"{ratio:.2f}",
             "≥ 0.8", _met(ratio >= 0.8, f"{ratio / 0.8:.2f}x target")))
+        cr = c.get("median_cpu_ratio")
+        if mode == "sync" and cr is not None:
+            rows.append(Row(
+                "a", f"C++ client send_sync: broker CPU/msg ÷ the answer server's, median of "
+                f"{len(c['paired_cpu_ratios'])} interleaved pairs "
+                f"({', '.join(f'{x:.2f}' for x in c['paired_cpu_ratios'])})",
+                f"{cr:.2f}", "answer server 1.00", f"{cr:.2f}",
+                "≤ 1", _met(cr <= 1.0, f"{1 / cr:.2f}x target")))
 
     def find(server: str, flush: str, body: int, shape: str) -> dict[str, Any] | None:
         return next((s for s in sends if s["server"] == server and s["flush"] == flush
