@@ -54,6 +54,14 @@ class Peer:
         self.writer.write(frame)
         await self.writer.drain()
         if oneway:
+            # no answer comes: an answered request behind it on the same
+            # connection says the broker has read and served it, so its
+            # record (if any) is in the store before new_records() reads
+            # (without it the two brokers were read at different moments)
+            barrier = RemotingCommand(RC.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
+            barrier.opaque = 2**31 - 1
+            answer = await self.exchange(barrier.encode(), False)
+            assert answer is not None and answer.opaque == barrier.opaque, answer
             return None
         cmds: list[RemotingCommand] = []
         while not cmds:
