@@ -123,8 +123,14 @@ def make_job(
         body, props, sys_flag, uniq = prepare(
             msg, max_message_size, compress_over, deflate, deflated
         )
-        return SendJob(
-            msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg
+        return _job_of(
+            SendJob,
+            (msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg),
         )
     topic, body, ids = prepare_batch(msg, max_message_size)
-    return SendJob(topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg)
+    return _job_of(SendJob, (topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg))
+
+
+#: SendJob from a tuple of its fields, in C (namedtuple's _make without its
+#: Python-level frame; the generated __new__ is another): one per send
+_job_of = tuple.__new__

@@ -203,20 +203,19 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
     return _command(frames[0])
 
 
+_new = object.__new__
+
+
 def _command(frame: tuple[int, Any, bytes]) -> RemotingCommand:
     stype, header, body = frame
     if stype == SERIALIZE_JSON:
-        code, language, version, opaque, flag, remark, ext = header
-        cmd = RemotingCommand(
-            code,
-            ext,
-            body,
-            remark=remark,
-            opaque=opaque,
-            flag=flag,
-            language=language or "OTHER",
-            version=version,
-        )
+        # every slot set here, not through __init__'s keywords: a third of
+        # the time, for every frame a connection reads
+        cmd = _new(RemotingCommand)
+        cmd.code, language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields = header
+        cmd.language = language or "OTHER"
+        cmd.body = body
+        cmd.serialize_type = SERIALIZE_JSON
         return cmd
     if stype == SERIALIZE_ROCKETMQ:
         cmd = _decode_binary_header(header)

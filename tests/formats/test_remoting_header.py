@@ -188,3 +188,29 @@ def test_split_frames_returns_whole_frames_and_what_it_used():
 def test_split_frames_rejects_bad_lengths(raw, match):
     with pytest.raises(ValueError, match=match):
         rmqcore.split_frames(raw, 1 << 24)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    code=st.integers(0, 2**31 - 1),
+    opaque=st.integers(0, 2**31 - 1),
+    flag=st.integers(0, 3),
+    language=st.one_of(st.just(""), text),
+    remark=st.one_of(st.none(), text),
+    ext=st.dictionaries(text, text, max_size=8),
+    body=st.binary(max_size=100),
+)
+def test_a_command_decodes_to_every_slot_it_was_encoded_with(
+    code, opaque, flag, language, remark, ext, body
+):
+    from pyrmq.remoting.command import FrameDecoder, RemotingCommand
+
+    sent = RemotingCommand(
+        code, ext, body, remark=remark, opaque=opaque, flag=flag, language=language
+    )
+    (got,) = FrameDecoder().feed(sent.encode())
+    for slot in RemotingCommand.__slots__:
+        want = getattr(sent, slot)
+        if slot == "language" and not want:
+            want = "OTHER"  # an empty language is read as OTHER
+        assert getattr(got, slot) == want, slot
