@@ -273,10 +273,13 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         ps = piped["systems"]
         single = ps["pyrmq-single"]["median_msgs_per_s"]
         redis = ps["redis-everysec"]["median_msgs_per_s"]
-        ratio = _ratio(single, redis)
+        # the median of the rounds' ratios, as the 3x rows (runs from before
+        # the duel took this ratio: the ratio of the medians)
+        taken = piped["ratios"].get("single_vs_redis_everysec")
+        ratio = taken["median"] if taken else _ratio(single, redis)
         out.append({
             "target": "pipelined single sends without auto-batching ≥ 1x Redis XADD pipelined "
-            f"(AOF everysec; medians of {piped['rounds']} alternating rounds)",
+            f"(AOF everysec; median of {piped['rounds']} alternating rounds' ratios)",
             "pyrmq": single, "pyrmq_case": "pipelined, auto_batch=False, alternating",
             "peer": "redis-everysec", "peer_value": redis, "peer_case": "pipelined, alternating",
             "ratio": ratio, "goal": 1.0, "met": None if ratio is None else ratio >= 1.0,

@@ -162,6 +162,8 @@ PIPELINED_RATIOS = (
     ("sync_autobatch_vs_redis_always", "pyrmq-sync-autobatch", "redis-always"),
     ("autobatch_vs_single", "pyrmq-autobatch", "pyrmq-single"),
     ("sync_autobatch_vs_single", "pyrmq-sync-autobatch", "pyrmq-sync-single"),
+    ("single_vs_redis_everysec", "pyrmq-single", "redis-everysec"),
+    ("sync_single_vs_redis_always", "pyrmq-sync-single", "redis-always"),
 )
 
 
