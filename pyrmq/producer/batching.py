@@ -232,7 +232,7 @@ class SendAccumulator:
             # nothing of its queue in flight to wait for: it goes now, alone,
             # and what comes while it is in flight joins a batch
             return self._send_now(key, msg, timeout, retries, callback, counted)
-        loop = asyncio.get_running_loop()
+        loop = p._loop or asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
         if batch is not None and (
             batch.size + size > self.max_bytes or len(batch.msgs) >= MAX_COUNT
