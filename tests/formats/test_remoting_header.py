@@ -103,19 +103,28 @@ def test_encode_is_valid_json_with_string_ext_values(code, opaque, language, rem
     assert rmqcore.decode_json_header(raw)[6] == {k: str(v) for k, v in ext.items()}
 
 
+LONGS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), 2**63 - 1]))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
-    code=st.integers(-(2**63), 2**63 - 1),
-    opaque=st.integers(-(2**63), 2**63 - 1),
+    code=LONGS,
+    opaque=LONGS,
+    flag=LONGS,
+    version=LONGS,
+    # short or empty: the header's fixed part then weighs most
+    language=st.one_of(st.just(""), text),
     remark=st.one_of(st.none(), text),
     ext=st.dictionaries(text, st.one_of(text, st.integers(), st.booleans())),
     body=st.binary(max_size=300),
     as_view=st.booleans(),
 )
-def test_encode_frame_is_length_fields_header_and_body(code, opaque, remark, ext, body, as_view):
-    header = rmqcore.encode_json_header(code, "PYTHON", 401, opaque, 0, remark, ext)
+def test_encode_frame_is_length_fields_header_and_body(
+    code, opaque, flag, version, language, remark, ext, body, as_view
+):
+    header = rmqcore.encode_json_header(code, language, version, opaque, flag, remark, ext)
     frame = rmqcore.encode_json_frame(
-        code, "PYTHON", 401, opaque, 0, remark, ext, memoryview(body) if as_view else body
+        code, language, version, opaque, flag, remark, ext, memoryview(body) if as_view else body
     )
     assert frame == struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
 
