@@ -21,6 +21,7 @@ from pyrmq.common.errors import (
 )
 from pyrmq.storage import FlushDiskType, MessageStore, MessageStoreConfig, PutMessageStatus
 from pyrmq.storage.zero_copy import sendfile_ranges
+from tests._waiting import wait_until
 from tests.conftest import small_config
 
 PROPS = rmqcore.encode_properties({"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": "U" * 32})
@@ -547,10 +548,12 @@ def test_async_index_builds_after_a_batch_put_by_itself(tmp_path, run):
                 [(b"b%d" % i, {"KEYS": f"bk{i}", "UNIQ_KEY": f"{i:032X}"}, 0) for i in range(50)]
             )
             store.put_messages_nowait("T", 0, batch)
-            for _ in range(500):  # bounded: 5 s for the index thread
-                if store.core.index_lag == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert store.core.index_lag == 0
+            # index_dispatched moves while the index thread works: if nothing
+            # starts the build (the gap this pins), the wait fails as a stall
+            await wait_until(
+                lambda: store.core.index_lag == 0,
+                "the batch's keys indexed with no later put or lookup",
+                progress=lambda: store.core.index_dispatched,
+            )
 
     run(main())
