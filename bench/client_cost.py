@@ -6,6 +6,9 @@
 A ``pyrmq standalone`` (ASYNC_FLUSH) takes 128 B ``send_async`` calls from
 one Producer, 1,024 unacknowledged, acked from the send callback (the
 shape of bench.duel --pipelined's pyrmq rows, without Redis beside it).
+The window is this module's own loop calling ``send_async`` directly, not
+bench._e2e.windowed: that driver awaits a ``submit`` coroutine per message,
+which every system's row pays alike but is not the producer's cost.
 
 - Plain: msgs/s and this process's CPU µs per send, plus the garbage
   collector's passes per 100k sends (a per-send object the collector

@@ -107,6 +107,11 @@ def prepare_batch(msgs: Sequence[Message], max_message_size: int) -> tuple[str, 
     return topic, body, ids
 
 
+#: SendJob from a tuple of its fields, in C (namedtuple's _make without its
+#: Python-level frame; the generated __new__ is another): one per send
+_job_of = tuple.__new__
+
+
 def make_job(
     msg: Message | list[Message],
     mq: MessageQueue | None,
@@ -129,8 +134,3 @@ def make_job(
         )
     topic, body, ids = prepare_batch(msg, max_message_size)
     return _job_of(SendJob, (topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg))
-
-
-#: SendJob from a tuple of its fields, in C (namedtuple's _make without its
-#: Python-level frame; the generated __new__ is another): one per send
-_job_of = tuple.__new__

@@ -564,6 +564,7 @@ class Producer:
             out = (self._loop or asyncio.get_running_loop()).create_future()
         info = self.topic_publish_info_table.get(job.topic)
         conn = None
+        addr: str | None = None
         if (
             mq is None
             and selector is None
