@@ -3,12 +3,18 @@
  * recovery, the checkpoint, lookups and reads. The Python MessageStore
  * (pyrmq/store) adds the flush services and lifecycle around it.
  *
- * Threading: open/put/dispatch/get/query/close on the owner thread (the
- * event loop); flush_* and delete_* may run on another thread at the same
- * time (segments are pinned while used). */
+ * Threading: the owner calls (put, put_batch, append_replica, truncate,
+ * dispatch, delete_topic, get, min/max_offset, offset_by_time, query_key,
+ * find_key) each take the store's owner lock, so they may come from more
+ * than one thread: the event loop, and the broker's C send threads
+ * (rmqcore/_sendlanes.pyx), which put while the loop serves pulls. The lock
+ * is recursive (put dispatches, query_key finds). flush_*, build_index and
+ * delete_expired_* run on other threads beside them without it (segments are
+ * pinned while used). open and close: one thread, nothing else running. */
 #ifndef RMQ_MESSAGE_STORE_H
 #define RMQ_MESSAGE_STORE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "checkpoint.h"
@@ -89,6 +95,7 @@ typedef struct rmq_store {
     int dispatch_error;         /* status of the last dispatch after a put */
     int64_t index_dispatched;   /* atomic: CommitLog offset indexed up to */
     pthread_mutex_t index_build_lock;
+    pthread_mutex_t owner_lock; /* recursive: the owner calls, see above */
     int checkpoint_fd;
     int lock_fd;
     rmq_consume_queue_t **graveyard; /* CQs of deleted topics, freed at close */
@@ -99,6 +106,9 @@ typedef struct rmq_store {
     int64_t durable_end;
     rmq_recovery_report_t *rep;
 } rmq_store_t;
+
+static inline void rmq_store_own(rmq_store_t *s) { pthread_mutex_lock(&s->owner_lock); }
+static inline void rmq_store_disown(rmq_store_t *s) { pthread_mutex_unlock(&s->owner_lock); }
 
 /* Open (creating if needed) and recover the store in cfg->root. On success
  * the abort marker exists until rmq_store_close. Blocking. */
