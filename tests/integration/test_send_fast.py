@@ -186,8 +186,14 @@ def requests(draw: st.DrawFn) -> tuple[bytes, bool]:
 
 
 def test_c_path_matches_python_path(arun, tmp_path):
-    fast = LocalCluster(str(tmp_path / "fast"))
-    slow = LocalCluster(str(tmp_path / "slow"), send_fast_path_enable=False)
+    # delayed messages stay scheduled for the whole test: one delivered
+    # to its topic in one broker and not yet in the other moves the
+    # CommitLog offsets (msgId) of every later send apart
+    later = " ".join(["1h"] * 18)
+    fast = LocalCluster(str(tmp_path / "fast"), message_delay_level=later)
+    slow = LocalCluster(
+        str(tmp_path / "slow"), send_fast_path_enable=False, message_delay_level=later
+    )
     peers = [Peer(fast), Peer(slow)]
     compared = [0]
 
