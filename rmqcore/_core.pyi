@@ -258,14 +258,27 @@ def encode_json_frame(
 ) -> bytes: ...
 
 # The broker's common send in C (rmqcore/_sendpath.pyx)
-class SendPath:
+class SendChunk:
     handled: int
     handled_v2: int
     needs_allocate: bool
     end_offset: int
     stats: list[tuple[bytes, int, int, int]]
     touched: list[tuple[bytes, int, int]]
+    answers: bytes
+    frames: list[tuple[int, Any, bytes]]
+    used: int
     error: str | None
+    token: Any
+
+def whole_frames_end(buf: bytes | bytearray | memoryview, max_frame: int) -> int: ...
+
+class SendLanes:
+    """A SendPath's C send threads (SendPath.start_lanes)."""
+
+    def close(self) -> list[SendChunk]: ...
+
+class SendPath:
     want_touched: bool
     def __init__(
         self, core: MessageStoreCore, max_message_size: int, oneway_ok: bool = ...
@@ -274,7 +287,15 @@ class SendPath:
     def forget_all(self) -> None: ...
     def split(
         self, buf: bytes | bytearray | memoryview, max_frame: int, born_host: bytes
-    ) -> tuple[list[tuple[int, Any, bytes]], int, bytes]: ...
+    ) -> SendChunk: ...
+    def start_lanes(self, threads: int) -> None: ...
+    @property
+    def lanes_fd(self) -> int: ...
+    @property
+    def lanes_pending(self) -> int: ...
+    def submit(self, data: bytes, max_frame: int, born_host: bytes, token: Any) -> bool: ...
+    def collect(self) -> list[SendChunk]: ...
+    def close_lanes(self) -> list[SendChunk]: ...
 
 # -- trace records (rmqcore/_trace.pyx) --
 def encode_pub(

@@ -8,6 +8,7 @@ from rmqcore.includes.crc32 cimport *
 from rmqcore.includes.deflate cimport *
 from rmqcore.includes.deflate_worker cimport *
 from rmqcore.includes.java_hash cimport *
+from rmqcore.includes.lane_pool cimport *
 from rmqcore.includes.mapped_file cimport *
 from rmqcore.includes.mapped_file_queue cimport *
 from rmqcore.includes.message_store cimport *
@@ -47,6 +48,8 @@ include "_errors.pyx"
 include "_records.pyx"
 include "_store.pyx"
 include "_remoting.pyx"
+include "_sendstate.pyx"
 include "_sendpath.pyx"
+include "_sendlanes.pyx"
 include "_trace.pyx"
 include "_deflate.pyx"

@@ -9,10 +9,16 @@
 # driver (pyrmq/broker/processor/send_fast.py) says when the path may run at
 # all (no ACL hook, no dedup, a master that takes writes, ...) and does the
 # per-chunk bookkeeping (stats, arrival notices, the SYNC_FLUSH wait).
+#
+# Serving a chunk of frames (_serve) is plain C that never needs the GIL: the
+# event loop runs it inline (SendPath.split), and the broker's C send threads
+# run it for chunks handed to them (_sendlanes.pyx). What it leaves is an
+# sp_out_t, turned into a SendChunk for the driver on the loop's thread.
+from cpython.ref cimport PyObject
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stddef cimport ptrdiff_t
 from libc.stdint cimport uint32_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memchr, memcmp
 
 
@@ -156,19 +162,25 @@ cdef inline char *_put_dec(char *o, long long v) noexcept nogil:
     return o
 
 
-# the answer's header around its values (the order encode_json_header writes)
-cdef bytes _A_HEAD = b'{"code":0,"extFields":{"msgId":"'
-cdef bytes _A_QUEUE_ID = b'","queueId":"'
-cdef bytes _A_QUEUE_OFFSET = b'","queueOffset":"'
-cdef bytes _A_OPAQUE = (b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,'
-                        b'"language":"JAVA","opaque":')
-cdef bytes _A_VERSION = b',"remark":null,"serializeTypeCurrentRPC":"JSON","version":'
 
-
-cdef inline char *_lit(char *o, bytes b) noexcept:
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
-    memcpy(o, PyBytes_AS_STRING(b), <size_t>n)
-    return o + n
+cdef extern from *:
+    """
+    /* The answer's header around its values (the order encode_json_header
+     * writes), and a literal's copy. */
+    #define SP_A_HEAD "{\\"code\\":0,\\"extFields\\":{\\"msgId\\":\\""
+    #define SP_A_QUEUE_ID "\\",\\"queueId\\":\\""
+    #define SP_A_QUEUE_OFFSET "\\",\\"queueOffset\\":\\""
+    #define SP_A_OPAQUE "\\",\\"MSG_REGION\\":\\"DefaultRegion\\",\\"TRACE_ON\\":\\"true\\"},\\"flag\\":1," \\
+        "\\"language\\":\\"JAVA\\",\\"opaque\\":"
+    #define SP_A_VERSION ",\\"remark\\":null,\\"serializeTypeCurrentRPC\\":\\"JSON\\",\\"version\\":"
+    #define SP_LIT(o, lit) (memcpy((o), (lit), sizeof(lit) - 1), (o) + sizeof(lit) - 1)
+    """
+    const char *SP_A_HEAD
+    const char *SP_A_QUEUE_ID
+    const char *SP_A_QUEUE_OFFSET
+    const char *SP_A_OPAQUE
+    const char *SP_A_VERSION
+    char *SP_LIT(char *o, const char *lit) nogil
 
 
 cdef inline void _put_u32(char *o, uint32_t v) noexcept nogil:
@@ -178,321 +190,417 @@ cdef inline void _put_u32(char *o, uint32_t v) noexcept nogil:
     o[3] = <char>v
 
 
-cdef class SendPath:
-    """The common send's C path over one store (see the module comment).
+cdef int _take(sp_shared_t *S, sp_scratch_t *T, sp_out_t *R, const char *hp, size_t hn,
+               const uint8_t *body, Py_ssize_t blen, const uint8_t *born_host,
+               Py_ssize_t bhl) noexcept nogil:
+    """1: the frame is stored and answered; 0: the Python path's."""
+    cdef rmq_json_header_t h
+    cdef rmq_json_span_t *f[F_COUNT]
+    cdef rmq_json_span_t *k
+    cdef size_t i
+    cdef int slot, queue_nums
+    cdef long long qid, sysflag, born_ts, uflag, reconsume
+    cdef const char *props
+    cdef ptrdiff_t plen
+    cdef bint oneway
+    cdef rmq_msg_in_t m
+    cdef rmq_append_result_t r
+    cdef sp_tally_t *t
+    cdef sp_touch_t *tt
+    cdef char *o
+    cdef char *start
+    cdef size_t hl
+    cdef char *p
+    if S.store == NULL or not _ascii(hp, hn) or rmq_json_header_parse(hp, hn, &h) != 0:
+        return 0
+    if (h.code != 10 and h.code != 310) or h.flag & 1:
+        return 0
+    oneway = (h.flag & 2) != 0
+    if oneway and not S.oneway_ok:
+        return 0
+    for i in range(F_COUNT):
+        f[i] = NULL
+    for i in range(h.nfields):
+        k = &h.keys[i]
+        if k.escaped:
+            return 0
+        slot = _slot_v1(k.p, k.n) if h.code == 10 else _slot_v2(k.p, k.n)
+        if slot < 0:
+            continue
+        if f[slot] != NULL:
+            return 0  # a field twice: the Python path's dict decides
+        f[slot] = &h.values[i]
+    # batch: the Python path's; only an explicit "not a batch" stays here
+    if f[F_BATCH] != NULL:
+        k = f[F_BATCH]
+        if not ((k.kind == c'f')
+                or (k.kind == c's' and k.n == 5 and memcmp(k.p, b"false", 5) == 0)
+                or (k.kind == c's' and k.n == 1 and k.p[0] == c'0')
+                or (k.kind == c'n' and k.n == 1 and k.p[0] == c'0')):
+            return 0
+    k = f[F_TOPIC]
+    if k == NULL or k.kind != c's' or k.escaped or k.n == 0 or k.n > 127:
+        return 0
+    if not (_parse_int(f[F_QUEUE_ID], -1, 0, 0x7fffffff, &qid)
+            and _parse_int(f[F_SYSFLAG], 0, -2147483648, 2147483647, &sysflag)
+            and _parse_int(f[F_BORN_TS], 0, LLONG_MIN, LLONG_MAX, &born_ts)
+            and _parse_int(f[F_RECONSUME], 0, 0, 2147483647, &reconsume)
+            and _parse_int(f[F_FLAG], 0, -2147483648, 2147483647, &uflag)):
+        return 0
+    if sysflag & 0xC or blen > S.max_message_size or blen >= _NOGIL_BYTES:
+        return 0
+    queue_nums = _queue_nums(S, T, k.p, k.n)
+    if qid >= queue_nums:  # also a topic not learnt (-1)
+        return 0
+    # properties: unescaped; delayed, timed, transactional or WAIT=false
+    # messages are the Python path's
+    props = b""
+    plen = 0
+    k = f[F_PROPS]
+    if k != NULL and k.kind != c'z':
+        if k.kind != c's':
+            return 0
+        if k.escaped:
+            if k.n > T.props_cap:
+                p = <char *>realloc(T.props, k.n)
+                if p == NULL:
+                    R.nomem = True
+                    return 0
+                T.props = p
+                T.props_cap = k.n
+            plen = rmq_json_unescape(k.p, k.n, T.props)
+            if plen < 0:
+                return 0
+            props = T.props
+        else:
+            props = k.p
+            plen = <ptrdiff_t>k.n
+        if (rmq_find(props, plen, b"DELAY\x01", 6) != NULL
+                or rmq_find(props, plen, b"TIMER_DELIVER_MS\x01", 17) != NULL
+                or rmq_find(props, plen, b"TIMER_DELAY_SEC\x01", 16) != NULL
+                or rmq_find(props, plen, b"TRAN_MSG", 8) != NULL
+                or rmq_find(props, plen, b"WAIT\x01false", 10) != NULL):
+            return 0
+    # room for the results before the put: a stored send is always answered
+    k = f[F_TOPIC]
+    if not (_tally(R, k.p, k.n)
+            and (oneway or _grow(<void **>&R.out, &R.out_cap,
+                                 R.out_len + 400 + 2 * <size_t>S.store_host_len, 1))):
+        R.nomem = True
+        return 0
+    m.topic = <const uint8_t *>k.p
+    m.topic_len = <int32_t>k.n
+    m.queue_id = <int32_t>qid
+    m.flag = <int32_t>uflag
+    m.body = body
+    m.body_len = <int32_t>blen
+    m.props = <const uint8_t *>props
+    m.props_len = <int32_t>plen
+    m.sysflag = <int32_t>sysflag
+    m.born_timestamp = born_ts
+    m.born_host = born_host
+    m.born_host_len = <int32_t>bhl
+    m.reconsume_times = <int32_t>reconsume
+    m.prepared_tx_offset = 0
+    if rmq_store_put(S.store, &m, &r) != 0:
+        return 0  # nothing was written: the Python path raises the error
+    R.handled += 1
+    if h.code == 310:
+        R.handled_v2 += 1
+    t = &R.tallies[R.ntallies - 1]
+    t.n += 1
+    t.wrote += r.wrote_bytes
+    t.body += blen
+    if r.rolled:
+        R.needs_allocate = True
+    if r.phys_offset + r.wrote_bytes > R.end_offset:
+        R.end_offset = r.phys_offset + r.wrote_bytes
+    if R.want_touched:
+        tt = &R.touched[R.ntouched - 1] if R.ntouched else NULL
+        if tt == NULL or tt.qid != qid or tt.name_off != t.name_off:
+            tt = &R.touched[R.ntouched]
+            R.ntouched += 1
+            tt.name_off = t.name_off
+            tt.name_len = t.name_len
+            tt.qid = <int>qid
+        tt.end = r.queue_offset + r.count
+    if oneway:
+        return 1
+    # the answer: RemotingCommand.response(SUCCESS, {msgId, queueId,
+    # queueOffset, MSG_REGION, TRACE_ON}).encode() of send.py's _answer
+    start = R.out + R.out_len
+    o = start + 8
+    o = SP_LIT(o, SP_A_HEAD)
+    o += _put_offset_msg_id(o, S.store_host, S.store_host_len, r.phys_offset)
+    o = SP_LIT(o, SP_A_QUEUE_ID)
+    o = _put_dec(o, qid)
+    o = SP_LIT(o, SP_A_QUEUE_OFFSET)
+    o = _put_dec(o, r.queue_offset)
+    o = SP_LIT(o, SP_A_OPAQUE)
+    o = _put_dec(o, h.opaque)
+    o = SP_LIT(o, SP_A_VERSION)
+    o = _put_dec(o, h.version)
+    o[0] = c'}'
+    o += 1
+    hl = <size_t>(o - start - 8)
+    _put_u32(start, <uint32_t>(4 + hl))
+    _put_u32(start + 4, <uint32_t>hl)
+    R.out_len += <size_t>(o - start)
+    return 1
 
-    topics: the topics the Python path has served a plain send to, with
-    their queue count (learn/forget_all keep it; a topic not in it goes to
-    the Python path). After each split(), handled says how many frames were
-    taken here and the per-chunk results are in stats, touched,
-    needs_allocate and end_offset."""
-    cdef MessageStoreCore core
-    cdef dict topics
-    cdef long long max_message_size
-    cdef bint oneway_ok
-    # the topic of the last frame taken, and its queue count
-    cdef bytes _topic
-    cdef int _queue_nums
-    # scratch for unescaped properties, and the answers being written
-    cdef char *_props
-    cdef size_t _props_cap
-    cdef char *_out
-    cdef size_t _out_cap
-    cdef size_t _out_len
-    # the running per-topic tally of this chunk
-    cdef long long _n, _wrote, _body
+
+cdef void _serve(sp_shared_t *S, sp_scratch_t *T, sp_out_t *R, const uint8_t *buf, Py_ssize_t n,
+                 Py_ssize_t max_frame, const uint8_t *born_host, Py_ssize_t bhl) noexcept nogil:
+    """Serve buf's leading frames while each can be (R.pos: the bytes they
+    take); the first one that cannot, an incomplete one, or one that breaks
+    the stream ends it (the Python path's split then reads on from there)."""
+    cdef Py_ssize_t pos = 0, flen, hlen
+    cdef const uint8_t *q
+    while n - pos >= 4:
+        q = buf + pos
+        flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
+                | (<Py_ssize_t>q[2] << 8) | q[3])
+        if flen < 4 or flen > max_frame or n - pos - 4 < flen:
+            break
+        hlen = ((<Py_ssize_t>q[5] << 16) | (<Py_ssize_t>q[6] << 8) | q[7])
+        if q[4] != 0 or hlen == 0 or hlen > flen - 4:
+            break
+        if not _take(S, T, R, <const char *>q + 8, <size_t>hlen, q + 8 + hlen, flen - 4 - hlen,
+                     born_host, bhl):
+            break
+        pos += 4 + flen
+    R.pos = pos
+
+
+cdef class SendChunk:
+    """What serving one chunk of a connection's frames left: how many sends
+    were stored and answered here, their answers (one bytes, in order), and
+    the per-chunk results the driver's bookkeeping needs."""
     cdef readonly int handled
     #: of which SEND_MESSAGE_V2 (310); the others are SEND_MESSAGE (10)
     cdef readonly int handled_v2
     cdef readonly bint needs_allocate
+    #: the CommitLog offset after the last record stored
     cdef readonly long long end_offset
     #: [(topic, messages, stored bytes, body bytes)] in the order met
     cdef readonly list stats
     #: [(topic, queue id, queue's max offset)] of the queues appended to
     cdef readonly list touched
-    #: the stream broke after frames were taken here (split's docstring)
+    #: the answers of the sends taken (none for oneway ones)
+    cdef readonly bytes answers
+    #: the frames after those taken, for the Python path (split's frames)
+    cdef readonly list frames
+    #: bytes of the chunk consumed (taken frames and frames)
+    cdef readonly Py_ssize_t used
+    #: the stream broke after frames were taken here (SendPath.split)
     cdef readonly str error
+    #: a chunk served on a C send thread: the token it was submitted with
+    cdef readonly object token
+
+
+cdef SendChunk _chunk_of(sp_out_t *R):
+    cdef SendChunk c = SendChunk.__new__(SendChunk)
+    cdef dict names = {}
+    cdef int i
+    cdef sp_tally_t *t
+    cdef sp_touch_t *tt
+    c.handled = R.handled
+    c.handled_v2 = R.handled_v2
+    c.needs_allocate = R.needs_allocate
+    c.end_offset = R.end_offset
+    c.answers = PyBytes_FromStringAndSize(R.out, <Py_ssize_t>R.out_len) if R.out_len else b""
+    c.stats = []
+    c.touched = []
+    for i in range(R.ntallies):
+        t = &R.tallies[i]
+        if t.n:
+            name = PyBytes_FromStringAndSize(R.names + t.name_off, t.name_len)
+            names[t.name_off] = name
+            c.stats.append((name, t.n, t.wrote, t.body))
+    for i in range(R.ntouched):
+        tt = &R.touched[i]
+        c.touched.append((names[tt.name_off], tt.qid, tt.end))
+    return c
+
+
+cdef tuple _split_rest(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t max_frame):
+    """split_frames of buf from pos on: (frames, bytes consumed up to, the
+    fault that broke the stream there or None)."""
+    cdef Py_ssize_t flen, hlen
+    cdef unsigned int word, stype
+    cdef const unsigned char *q
+    bad = None
+    frames = []
+    while n - pos >= 4:
+        q = buf + pos
+        flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
+                | (<Py_ssize_t>q[2] << 8) | q[3])
+        if flen < 4 or flen > max_frame:
+            bad = f"frame length {flen} outside 4..{max_frame}"
+            break
+        if n - pos - 4 < flen:
+            break
+        word = ((<unsigned int>q[4] << 24) | (<unsigned int>q[5] << 16)
+                | (<unsigned int>q[6] << 8) | q[7])
+        stype = word >> 24
+        hlen = word & 0xFFFFFF
+        if hlen > flen - 4:
+            bad = f"header length {hlen} runs past the frame ({flen - 4} bytes)"
+            break
+        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
+        if stype == 0:
+            if hlen == 0:
+                bad = "empty header"
+                break
+            try:
+                header = _parse_header(<const char *>q + 8, <size_t>hlen)
+            except ValueError as e:
+                bad = str(e)
+                break
+        else:
+            header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
+        frames.append((stype, header, body))
+        pos += 4 + flen
+    return frames, pos, bad
+
+
+cdef class SendLanes  # _sendlanes.pyx
+
+
+cdef class SendPath:
+    """The common send's C path over one store (see the module comment).
+
+    It serves chunks inline (split) and, once start_lanes(n) has started
+    C send threads, on those threads (submit / collect, _sendlanes.pyx).
+    The topics it serves are those the Python path has served a plain send
+    to, with their queue count (learn / forget_all); a topic not among them
+    goes to the Python path."""
+    cdef MessageStoreCore core
+    cdef sp_shared_t S
+    cdef sp_scratch_t inline_scratch
+    cdef sp_out_t inline_out
+    cdef SendLanes lanes
     #: tell touched queues (a long-polling listener is registered)
     cdef public bint want_touched
 
     def __cinit__(self, MessageStoreCore core, long long max_message_size, bint oneway_ok=True):
         """oneway_ok: oneway sends are taken here too (False in SYNC_FLUSH,
         where the Python path holds a oneway sender's reading)."""
+        cdef Py_ssize_t hl = len(core.store_host)
+        if hl > 20:
+            raise ValueError("store_host is longer than 20 bytes")
         self.core = core
-        self.topics = {}
-        self.max_message_size = max_message_size
-        self.oneway_ok = oneway_ok
-        self._topic = None
-        self.stats = []
-        self.touched = []
+        self.S.store = core._s
+        memcpy(self.S.store_host, PyBytes_AS_STRING(core.store_host), hl)
+        self.S.store_host_len = hl
+        self.S.max_message_size = max_message_size
+        self.S.oneway_ok = oneway_ok
+        pthread_mutex_init(&self.S.topics.lock, NULL)
 
     def __dealloc__(self):
-        free(self._props)
-        free(self._out)
+        if self.lanes is not None:
+            self.lanes.close()
+        free(self.S.topics.slots)
+        pthread_mutex_destroy(&self.S.topics.lock)
+        free(self.inline_scratch.props)
+        _out_free(&self.inline_out)
 
     def learn(self, str topic, int queue_nums) -> None:
         """topic passed the Python path's checks for a plain send."""
-        self.topics[topic.encode()] = queue_nums
+        cdef bytes b = topic.encode()
+        if 0 < len(b) <= 127 and not _topic_learn(&self.S.topics, b, len(b), queue_nums):
+            raise MemoryError()
 
     def forget_all(self) -> None:
         """The topic table changed: every topic is checked again."""
-        self.topics.clear()
-        self._topic = None
-
-    cdef char *_room(self, size_t need) except NULL:
-        cdef char *p
-        cdef size_t cap
-        if self._out_len + need <= self._out_cap:
-            return self._out + self._out_len
-        cap = max(2 * self._out_cap, self._out_len + need, <size_t>4096)
-        p = <char *>realloc(self._out, cap)
-        if p == NULL:
-            raise MemoryError()
-        self._out = p
-        self._out_cap = cap
-        return self._out + self._out_len
-
-    cdef int _close_tally(self) except -1:
-        if self._n:
-            self.stats.append((self._topic, self._n, self._wrote, self._body))
-            self._n = self._wrote = self._body = 0
-        return 0
-
-    cdef int _tell(self, bytes topic, int qid, long long end) except -1:
-        cdef tuple last
-        cdef Py_ssize_t n = len(self.touched)
-        if n:
-            last = self.touched[n - 1]
-            if last[1] == qid and last[0] is topic:
-                self.touched[n - 1] = (topic, qid, end)
-                return 0
-        self.touched.append((topic, qid, end))
-        return 0
-
-    cdef int _take(self, const char *hp, size_t hn, const uint8_t *body, Py_ssize_t blen,
-                   const uint8_t *born_host, Py_ssize_t bhl) except -1:
-        """1: the frame is stored and answered; 0: the Python path's."""
-        cdef rmq_json_header_t h
-        cdef rmq_json_span_t *f[F_COUNT]
-        cdef rmq_json_span_t *k
-        cdef size_t i
-        cdef int slot
-        cdef long long qid, sysflag, born_ts, uflag, reconsume
-        cdef const char *props
-        cdef ptrdiff_t plen
-        cdef bint oneway
-        cdef rmq_msg_in_t m
-        cdef rmq_append_result_t r
-        cdef rmq_store_t *s = self.core._s
-        cdef object qn
-        cdef bytes topic
-        cdef char *o
-        cdef char *start
-        cdef size_t hl
-        cdef char *p
-        if s == NULL or not _ascii(hp, hn) or rmq_json_header_parse(hp, hn, &h) != 0:
-            return 0
-        if (h.code != 10 and h.code != 310) or h.flag & 1:
-            return 0
-        oneway = (h.flag & 2) != 0
-        if oneway and not self.oneway_ok:
-            return 0
-        for i in range(F_COUNT):
-            f[i] = NULL
-        for i in range(h.nfields):
-            k = &h.keys[i]
-            if k.escaped:
-                return 0
-            slot = _slot_v1(k.p, k.n) if h.code == 10 else _slot_v2(k.p, k.n)
-            if slot < 0:
-                continue
-            if f[slot] != NULL:
-                return 0  # a field twice: the Python path's dict decides
-            f[slot] = &h.values[i]
-        # batch: the Python path's; only an explicit "not a batch" stays here
-        if f[F_BATCH] != NULL:
-            k = f[F_BATCH]
-            if not ((k.kind == c'f')
-                    or (k.kind == c's' and k.n == 5 and memcmp(k.p, b"false", 5) == 0)
-                    or (k.kind == c's' and k.n == 1 and k.p[0] == c'0')
-                    or (k.kind == c'n' and k.n == 1 and k.p[0] == c'0')):
-                return 0
-        k = f[F_TOPIC]
-        if k == NULL or k.kind != c's' or k.escaped or k.n == 0:
-            return 0
-        if not (_parse_int(f[F_QUEUE_ID], -1, 0, 0x7fffffff, &qid)
-                and _parse_int(f[F_SYSFLAG], 0, -2147483648, 2147483647, &sysflag)
-                and _parse_int(f[F_BORN_TS], 0, LLONG_MIN, LLONG_MAX, &born_ts)
-                and _parse_int(f[F_RECONSUME], 0, 0, 2147483647, &reconsume)
-                and _parse_int(f[F_FLAG], 0, -2147483648, 2147483647, &uflag)):
-            return 0
-        if sysflag & 0xC or blen > self.max_message_size or blen >= _NOGIL_BYTES:
-            return 0
-        # the topic: the last one's, or the table's
-        if (self._topic is not None and <size_t>PyBytes_GET_SIZE(self._topic) == k.n
-                and memcmp(PyBytes_AS_STRING(self._topic), k.p, k.n) == 0):
-            topic = self._topic
-        else:
-            topic = PyBytes_FromStringAndSize(k.p, <Py_ssize_t>k.n)
-            qn = self.topics.get(topic)
-            if qn is None:
-                return 0
-            self._close_tally()
-            self._topic = topic
-            self._queue_nums = qn
-        if qid >= self._queue_nums:
-            return 0
-        # properties: unescaped; delayed, timed, transactional or WAIT=false
-        # messages are the Python path's
-        props = b""
-        plen = 0
-        k = f[F_PROPS]
-        if k != NULL and k.kind != c'z':
-            if k.kind != c's':
-                return 0
-            if k.escaped:
-                if k.n > self._props_cap:
-                    p = <char *>realloc(self._props, k.n)
-                    if p == NULL:
-                        raise MemoryError()
-                    self._props = p
-                    self._props_cap = k.n
-                plen = rmq_json_unescape(k.p, k.n, self._props)
-                if plen < 0:
-                    return 0
-                props = self._props
-            else:
-                props = k.p
-                plen = <ptrdiff_t>k.n
-            if (rmq_find(props, plen, b"DELAY\x01", 6) != NULL
-                    or rmq_find(props, plen, b"TIMER_DELIVER_MS\x01", 17) != NULL
-                    or rmq_find(props, plen, b"TIMER_DELAY_SEC\x01", 16) != NULL
-                    or rmq_find(props, plen, b"TRAN_MSG", 8) != NULL
-                    or rmq_find(props, plen, b"WAIT\x01false", 10) != NULL):
-                return 0
-        m.topic = <const uint8_t *>PyBytes_AS_STRING(topic)
-        m.topic_len = <int32_t>PyBytes_GET_SIZE(topic)
-        m.queue_id = <int32_t>qid
-        m.flag = <int32_t>uflag
-        m.body = body
-        m.body_len = <int32_t>blen
-        m.props = <const uint8_t *>props
-        m.props_len = <int32_t>plen
-        m.sysflag = <int32_t>sysflag
-        m.born_timestamp = born_ts
-        m.born_host = born_host
-        m.born_host_len = <int32_t>bhl
-        m.reconsume_times = <int32_t>reconsume
-        m.prepared_tx_offset = 0
-        if rmq_store_put(s, &m, &r) != 0:
-            return 0  # nothing was written: the Python path raises the error
-        self.handled += 1
-        if h.code == 310:
-            self.handled_v2 += 1
-        self._n += 1
-        self._wrote += r.wrote_bytes
-        self._body += blen
-        if r.rolled:
-            self.needs_allocate = True
-        if r.phys_offset + r.wrote_bytes > self.end_offset:
-            self.end_offset = r.phys_offset + r.wrote_bytes
-        if self.want_touched:
-            self._tell(topic, <int>qid, r.queue_offset + r.count)
-        if oneway:
-            return 1
-        # the answer: RemotingCommand.response(SUCCESS, {msgId, queueId,
-        # queueOffset, MSG_REGION, TRACE_ON}).encode() of send.py's _answer
-        start = self._room(400 + 2 * PyBytes_GET_SIZE(self.core.store_host))
-        o = start + 8
-        o = _lit(o, _A_HEAD)
-        o += _put_offset_msg_id(o, <const uint8_t *>PyBytes_AS_STRING(self.core.store_host),
-                                PyBytes_GET_SIZE(self.core.store_host), r.phys_offset)
-        o = _lit(o, _A_QUEUE_ID)
-        o = _put_dec(o, qid)
-        o = _lit(o, _A_QUEUE_OFFSET)
-        o = _put_dec(o, r.queue_offset)
-        o = _lit(o, _A_OPAQUE)
-        o = _put_dec(o, h.opaque)
-        o = _lit(o, _A_VERSION)
-        o = _put_dec(o, h.version)
-        o[0] = c'}'
-        o += 1
-        hl = <size_t>(o - start - 8)
-        _put_u32(start, <uint32_t>(4 + hl))
-        _put_u32(start + 4, <uint32_t>hl)
-        self._out_len += <size_t>(o - start)
-        return 1
+        _topic_forget_all(&self.S.topics)
 
     def split(self, buf, Py_ssize_t max_frame, bytes born_host):
         """split_frames(buf, max_frame), taking here each leading frame the
-        C path can serve. Returns (frames for the Python path, bytes
-        consumed, the answers of the frames taken as one bytes). After the
-        first frame handed back, every later one is handed back too: the
-        requests of a connection are served in order. A frame that breaks
-        the stream raises ValueError as split_frames does, unless frames
-        were taken here before it: they are stored, so split returns and
-        names the fault in error (the caller answers them, then closes)."""
+        C path can serve: a SendChunk whose frames are the others and used
+        the bytes consumed. After the first frame handed back, every later
+        one is handed back too: the requests of a connection are served in
+        order. A frame that breaks the stream raises ValueError as
+        split_frames does, unless frames were taken here before it: they
+        are stored, so split returns and names the fault in error (the
+        caller answers them, then closes)."""
         cdef const unsigned char[::1] mv = buf
-        cdef Py_ssize_t n = mv.shape[0], pos = 0, flen, hlen
-        cdef unsigned int word, stype
-        cdef const unsigned char *q
-        cdef bint fast = True
-        bad = None
-        frames = []
-        self.handled = 0
-        self.handled_v2 = 0
-        self.error = None
-        self.needs_allocate = False
-        self.end_offset = 0
-        self.stats = []
-        self.touched = []
-        self._out_len = 0
-        self._n = self._wrote = self._body = 0
-        try:
-            while n - pos >= 4:
-                q = &mv[pos]
-                flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
-                        | (<Py_ssize_t>q[2] << 8) | q[3])
-                if flen < 4 or flen > max_frame:
-                    bad = f"frame length {flen} outside 4..{max_frame}"
-                    break
-                if n - pos - 4 < flen:
-                    break
-                word = ((<unsigned int>q[4] << 24) | (<unsigned int>q[5] << 16)
-                        | (<unsigned int>q[6] << 8) | q[7])
-                stype = word >> 24
-                hlen = word & 0xFFFFFF
-                if hlen > flen - 4:
-                    bad = f"header length {hlen} runs past the frame ({flen - 4} bytes)"
-                    break
-                if fast and stype == 0 and hlen > 0:
-                    if self._take(<const char *>q + 8, <size_t>hlen, q + 8 + hlen, flen - 4 - hlen,
-                                  <const uint8_t *>PyBytes_AS_STRING(born_host),
-                                  PyBytes_GET_SIZE(born_host)):
-                        pos += 4 + flen
-                        continue
-                    fast = False
-                body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
-                if stype == 0:
-                    if hlen == 0:
-                        bad = "empty header"
-                        break
-                    try:
-                        header = _parse_header(<const char *>q + 8, <size_t>hlen)
-                    except ValueError as e:
-                        bad = str(e)
-                        break
-                else:
-                    header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
-                frames.append((stype, header, body))
-                pos += 4 + flen
-        finally:
-            self._close_tally()
-        answers = PyBytes_FromStringAndSize(self._out, <Py_ssize_t>self._out_len) if self._out_len else b""
-        if bad is not None and not self.handled:
+        cdef Py_ssize_t n = mv.shape[0]
+        cdef sp_out_t *R = &self.inline_out
+        _out_reset(R, self.want_touched)
+        if self.core._s != self.S.store:
+            self.S.store = NULL  # the core was closed: nothing is taken here
+        if n:
+            _serve(&self.S, &self.inline_scratch, R, &mv[0], n, max_frame,
+                   <const uint8_t *>PyBytes_AS_STRING(born_host), PyBytes_GET_SIZE(born_host))
+        c = _chunk_of(R)
+        if R.nomem and not R.handled:
+            raise MemoryError()
+        c.frames, c.used, bad = _split_rest(&mv[0] if n else NULL, n, R.pos, max_frame)
+        if bad is not None and not R.handled:
             raise ValueError(bad)
         # frames taken here are stored: their answers go out before the
         # connection is closed for the bad frame
-        self.error = bad
-        return frames, pos, answers
+        c.error = bad
+        return c
 
+    # -- the C send threads (_sendlanes.pyx) ---------------------------------
+
+    def start_lanes(self, int threads) -> None:
+        """Start `threads` C send threads (1..64) serving submitted chunks."""
+        if self.lanes is not None:
+            raise ValueError("the C send threads are already started")
+        if not 1 <= threads <= 64:
+            raise ValueError(f"threads must be 1..64, got {threads}")
+        lanes = SendLanes()
+        lanes.open(self, threads)
+        self.lanes = lanes
+
+    @property
+    def lanes_fd(self) -> int:
+        """The eventfd readable while served chunks wait for collect()."""
+        return rmq_lanes_fd(self.lanes.pool) if self.lanes is not None and self.lanes.mine() else -1
+
+    @property
+    def lanes_pending(self) -> int:
+        """Chunks submitted and not yet collected."""
+        return rmq_lanes_pending(self.lanes.pool) if self.lanes is not None and self.lanes.mine() else 0
+
+    def submit(self, bytes data, Py_ssize_t max_frame, bytes born_host, token) -> bool:
+        """Hand the chunk data (whole frames) to a C send thread: True, or
+        False without threads or an open store (split it inline). data is
+        kept, unchanged, until collect() gives back its SendChunk, which
+        carries token."""
+        cdef sp_job_t *j
+        if self.lanes is None or not self.lanes.mine() or self.core._s != self.S.store:
+            return False
+        j = <sp_job_t *>calloc(1, sizeof(sp_job_t))
+        if j == NULL:
+            raise MemoryError()
+        keep = (data, born_host, token)
+        Py_INCREF(keep)  # the job's reference, dropped when it comes back
+        j.keep = <PyObject *>keep
+        j.buf = <const uint8_t *>PyBytes_AS_STRING(data)
+        j.n = PyBytes_GET_SIZE(data)
+        j.max_frame = max_frame
+        j.born_host = <const uint8_t *>PyBytes_AS_STRING(born_host)
+        j.bhl = PyBytes_GET_SIZE(born_host)
+        _out_reset(&j.out, self.want_touched)
+        rmq_lanes_submit(self.lanes.pool, &j.base)
+        return True
+
+    def collect(self) -> list:
+        """The SendChunks of the chunks served since the last call, in the
+        order they finished."""
+        if self.lanes is None or not self.lanes.mine():
+            return []
+        rmq_lanes_drain_fd(self.lanes.pool)
+        return self.lanes.take(rmq_lanes_done(self.lanes.pool))
+
+    def close_lanes(self) -> list:
+        """Stop the C send threads, each after the chunk it serves: the
+        SendChunks not yet collected (those never served took nothing)."""
+        if self.lanes is None:
+            return []
+        lanes, self.lanes = self.lanes, None
+        return lanes.close()

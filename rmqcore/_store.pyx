@@ -27,7 +27,7 @@ cdef inline const uint8_t *_text(object s, Py_ssize_t *n) except NULL:
 
 
 cdef inline Py_ssize_t _put_offset_msg_id(char *buf, const uint8_t *host, Py_ssize_t hl,
-                                          long long off) noexcept:
+                                          long long off) noexcept nogil:
     # RocketMQ's offsetMsgId: upper-case hex of the store host's bytes (ip,
     # port) then of the CommitLog offset as 8 big-endian bytes; returns the
     # characters written (2 * (hl + 8))

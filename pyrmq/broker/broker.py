@@ -348,6 +348,7 @@ class Broker:
         sp = self.send_processor
         if cfg.send_fast_path_enable:
             sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
+            sp.fast.lanes = cfg.send_message_thread_pool_nums - 1
         for code in (
             RequestCode.SEND_MESSAGE,
             RequestCode.SEND_MESSAGE_V2,
@@ -650,6 +651,7 @@ class Broker:
             "duplicatesDetected": self.dedup.duplicates if self.dedup else 0,
             # pyrmq: sends stored and answered by the C send path (send_fast.py)
             "sendFastPathServed": fast.served if (fast := self.send_processor.fast) else 0,
+            "sendFastPathServedOnThreads": fast.served_on_lanes if fast else 0,
             "connections": len(self.server.connections) if self.server else 0,
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,

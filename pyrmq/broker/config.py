@@ -157,6 +157,12 @@ class BrokerConfig:
     #: transactional or retry) is stored and answered in C
     #: (pyrmq/broker/processor/send_fast.py); false: every send in Python
     send_fast_path_enable: bool = True
+    #: threads that serve sends (RocketMQ's key; 1 as in RocketMQ 4.x): the
+    #: event loop and sendMessageThreadPoolNums - 1 C send threads, which
+    #: store and answer the C path's large chunks of pipelined sends on
+    #: other cores (pyrmq/broker/processor/send_fast.py). They pay only for
+    #: deep pipelines (bench/README.md, "More than one core")
+    send_message_thread_pool_nums: int = 1
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
@@ -255,6 +261,11 @@ class BrokerConfig:
         parse_delay_levels(self.message_delay_level)
         if self.send_thread_pool_queue_capacity <= 0:
             raise ClientError("sendThreadPoolQueueCapacity must be > 0")
+        if not 1 <= self.send_message_thread_pool_nums <= 65:
+            raise ClientError(
+                f"sendMessageThreadPoolNums={self.send_message_thread_pool_nums}: expected 1..65 "
+                "(the event loop and up to 64 C send threads)"
+            )
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")
         if self.broker_ip1:

@@ -317,6 +317,12 @@ class FrameDecoder:
             buf += memoryview(data)[used:]
         return [_command(f) for f in frames]
 
+    @staticmethod
+    def commands(frames: list[tuple[int, Any, bytes]]) -> list[RemotingCommand]:
+        """The commands of frames a Splitter returned later (the broker's C
+        send threads hand back the frames after those they served)."""
+        return [_command(f) for f in frames]
+
     @property
     def buffered(self) -> int:
         return len(self._buf)

@@ -153,6 +153,9 @@ class Connection(asyncio.Protocol):
         #: free slot for the owner (the broker keeps the client's language)
         self.attrs: dict[str, Any] = {}
         self._split: Splitter | None = None
+        #: a chunk of this connection's frames is being served elsewhere (a
+        #: C send thread): its fast path splits nothing more until it is back
+        self.split_busy = False
 
     def set_fast_path(self, fast: FastPath) -> None:
         """Frames are split by fast, which may serve some requests itself
@@ -296,6 +299,17 @@ class Connection(asyncio.Protocol):
             self.frame_started = now
         if cmds:
             self._process(cmds)
+
+    def serve_frames(self, frames: list[tuple[int, Any, bytes]]) -> None:
+        """Serve frames its fast path split off earlier and handed back
+        (those after a chunk a C send thread served), then whatever came in
+        meanwhile (nothing once the connection is closed)."""
+        if not self.is_open:
+            return
+        if frames:
+            self._process(FrameDecoder.commands(frames))
+        if self._decoder.buffered and self.is_open:
+            self.data_received(b"")
 
     def _process(self, cmds: list[RemotingCommand]) -> None:
         """Answers go to their pending requests; requests are served in

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 import rmqcore
@@ -185,12 +186,19 @@ def requests(draw: st.DrawFn) -> tuple[bytes, bool]:
     return frame(header, body), oneway
 
 
-def test_c_path_matches_python_path(arun, tmp_path):
+@pytest.mark.parametrize("threads", [False, True], ids=["inline", "on-send-threads"])
+def test_c_path_matches_python_path(arun, tmp_path, threads):
+    """threads: every chunk is served on a C send thread
+    (sendMessageThreadPoolNums=2, no minimum chunk size), not inline."""
     # delayed messages stay scheduled for the whole test: one delivered
     # to its topic in one broker and not yet in the other moves the
     # CommitLog offsets (msgId) of every later send apart
     later = " ".join(["1h"] * 18)
-    fast = LocalCluster(str(tmp_path / "fast"), message_delay_level=later)
+    fast = LocalCluster(
+        str(tmp_path / "fast"),
+        send_message_thread_pool_nums=2 if threads else 1,
+        message_delay_level=later,
+    )
     slow = LocalCluster(
         str(tmp_path / "slow"), send_fast_path_enable=False, message_delay_level=later
     )
@@ -201,6 +209,8 @@ def test_c_path_matches_python_path(arun, tmp_path):
         for p in peers:
             await p.c.start()
             await p.connect()
+        if threads:
+            fast.broker.server.fast_path.lane_min_bytes = 1
 
     async def compare(reqs: list[tuple[bytes, bool]]) -> None:
         for f, oneway in reqs:
@@ -231,6 +241,8 @@ def test_c_path_matches_python_path(arun, tmp_path):
         # the C path served some: the test compared it, not Python to itself
         assert peers[0].served > 0, compared
         assert peers[1].served == 0
+        on_threads = fast.broker.server.fast_path.served_on_lanes
+        assert on_threads == (peers[0].served if threads else 0)
         print(f"{compared[0]} requests compared, {peers[0].served} served in C")
     finally:
         arun(stop())

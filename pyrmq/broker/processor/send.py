@@ -616,6 +616,8 @@ class SendMessageProcessor:
         return self._answer(conn, cmd, r, ids, queue_id, props)
 
     def shutdown(self) -> None:
+        if self.fast is not None:
+            self.fast.close()  # its C send threads put into the store
         if self._inflater is not None:
             self._inflater.shutdown(wait=True, cancel_futures=True)
             self._inflater = None

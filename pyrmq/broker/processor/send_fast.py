@@ -19,6 +19,16 @@ and in SYNC_FLUSH and on a SYNC_MASTER one wait for the chunk's last byte
 to be durable and held by the slaves before its answers go out together.
 
 brokerConfig sendFastPathEnable (pyrmq, default true) turns it off.
+
+More than one core: with sendMessageThreadPoolNums > 1, a chunk of at least
+LANE_MIN_BYTES of whole frames is handed to one of the C send threads
+(rmqcore/_sendlanes.pyx) instead of being served inline, and the
+connection reads nothing more until it comes back; the loop meanwhile
+serves the other connections (and serves their chunks inline when it has
+nothing else to do). The pool's eventfd wakes the loop, which then finishes
+the chunk as an inline one: bookkeeping, answers, then the frames after
+the served ones through the Python path. Small chunks (one send at a time)
+stay inline: a hand-over costs two thread wake-ups.
 """
 
 from __future__ import annotations
@@ -49,6 +59,10 @@ if TYPE_CHECKING:
 
 Frames = tuple[list[tuple[int, Any, bytes]], int]
 
+#: chunks with fewer bytes of whole frames are served inline (about 40
+#: 128-byte sends of the C++ client)
+LANE_MIN_BYTES = 16 * 1024
+
 log = logging.getLogger("pyrmq.broker")
 
 
@@ -70,8 +84,16 @@ class SendFastPath:
         self._sp: rmqcore.SendPath | None = None
         self._sp_core: rmqcore.MessageStoreCore | None = None
         self._topics_version: dict[str, int] | None = None
+        #: C send threads to start with the path (sendMessageThreadPoolNums - 1)
+        self.lanes = 0
+        #: chunks of at least this many bytes go to a C send thread
+        self.lane_min_bytes = LANE_MIN_BYTES
+        self._lanes_loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         #: frames served here (runtime info, tests, the benchmarks)
         self.served = 0
+        #: of which on the C send threads
+        self.served_on_lanes = 0
 
     def learn(self, topic: str, queue_nums: int) -> None:
         """The Python path found topic fit for a plain send."""
@@ -84,10 +106,13 @@ class SendFastPath:
         if core is None:
             return None
         if self._sp is None or self._sp_core is not core:
+            self._close_lanes()
             p = self._processor
             self._sp = rmqcore.SendPath(core, p.max_message_size, oneway_ok=not p.sync_flush)
             self._sp_core = core
             self._topics_version = None
+            if self.lanes and not self._closed:
+                self._start_lanes(self._sp)
         if self._topics.data_version is not self._topics_version:
             # a topic was created, changed or deleted: learnt again
             self._sp.forget_all()
@@ -102,47 +127,128 @@ class SendFastPath:
         sp = self._path()
         if sp is None:
             return rmqcore.split_frames(buf, max_frame)
-        store = self._store
-        sp.want_touched = store.has_arrival_listeners
+        if conn.split_busy:
+            return [], 0  # kept until its chunk on a C send thread is back
+        sp.want_touched = self._store.has_arrival_listeners
         t0 = time.perf_counter_ns()
-        frames, used, answers = sp.split(buf, max_frame, born_host_of(conn))
-        if sp.handled:
-            self.served += sp.handled
-            self._settle(conn, sp, answers, t0)
-        if sp.error is not None:
-            raise ValueError(sp.error)
-        return frames, used
+        if self._lanes_loop is not None and len(buf) >= self.lane_min_bytes and not conn.tls:
+            used = self._hand_over(sp, conn, buf, max_frame, t0)
+            if used:
+                return [], used
+        chunk = sp.split(buf, max_frame, born_host_of(conn))
+        if chunk.handled:
+            self._settle(conn, chunk, t0)
+        if chunk.error is not None:
+            raise ValueError(chunk.error)
+        return chunk.frames, chunk.used
 
-    def _settle(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes, t0: int) -> None:
-        """What follows a chunk's puts: its bookkeeping, then its answers."""
+    # -- the C send threads -------------------------------------------------
+
+    def _start_lanes(self, sp: rmqcore.SendPath) -> None:
+        sp.start_lanes(self.lanes)
+        loop = self._lanes_loop = asyncio.get_running_loop()
+        loop.add_reader(sp.lanes_fd, self._collect)
+
+    def _hand_over(
+        self,
+        sp: rmqcore.SendPath,
+        conn: Connection,
+        buf: bytes | bytearray,
+        max_frame: int,
+        t0: int,
+    ) -> int:
+        """Hand buf's whole frames to a C send thread: the bytes handed
+        over, or 0 (fewer than lane_min_bytes of them, or no thread)."""
+        end = rmqcore.whole_frames_end(buf, max_frame)
+        if end == 0 or end < self.lane_min_bytes or not conn.is_open:
+            return 0
+        data = buf if type(buf) is bytes and end == len(buf) else bytes(memoryview(buf)[:end])
+        loop = self._lanes_loop
+        assert loop is not None  # split() hands over only while the threads run
+        back = loop.create_future()
+        if not sp.submit(data, max_frame, born_host_of(conn), (conn, t0, back)):
+            return 0
+        conn.split_busy = True
+        # what the peer sends meanwhile waits in the socket, not in our buffer
+        conn.hold_reading(back)
+        return end
+
+    def _collect(self) -> None:
+        """The eventfd said chunks are back from the C send threads."""
+        if self._sp is not None:
+            self._finish_all(self._sp.collect())
+
+    def _finish_all(self, chunks: list[rmqcore.SendChunk]) -> None:
+        for chunk in chunks:
+            try:
+                self._finish(chunk)
+            except Exception:
+                log.exception("finishing %d sends served on a C send thread", chunk.handled)
+
+    def _finish(self, chunk: rmqcore.SendChunk) -> None:
+        """A chunk back from a C send thread, finished as split() finishes
+        one served inline; then its connection reads on."""
+        conn, t0, back = chunk.token
         try:
-            self._book(sp)
+            if chunk.handled:
+                self.served_on_lanes += chunk.handled
+                self._settle(conn, chunk, t0)
+            if chunk.error is not None:
+                conn.abort(f"bad frame: {chunk.error}")
+                return
+        finally:
+            conn.split_busy = False
+            back.set_result(None)
+        conn.serve_frames(chunk.frames)
+
+    def _close_lanes(self) -> None:
+        sp, loop = self._sp, self._lanes_loop
+        if sp is None or loop is None:
+            return
+        loop.remove_reader(sp.lanes_fd)
+        self._lanes_loop = None
+        self._finish_all(sp.close_lanes())
+
+    def close(self) -> None:
+        """Stop the C send threads (before the store closes); the chunks
+        they held are finished here. Later chunks are served inline."""
+        self._closed = True
+        self._close_lanes()
+
+    def _settle(self, conn: Connection, chunk: rmqcore.SendChunk, t0: int) -> None:
+        """What follows a chunk's puts: its bookkeeping, then its answers."""
+        self.served += chunk.handled
+        try:
+            self._book(chunk)
         except Exception:
             # the sends are stored: they are answered all the same
-            log.exception("bookkeeping after %d sends served in C failed", sp.handled)
-        self._answer(conn, sp, answers, t0)
+            log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
+        self._answer(conn, chunk, t0)
 
-    def _book(self, sp: rmqcore.SendPath) -> None:
+    def _book(self, chunk: rmqcore.SendChunk) -> None:
         """The store's wake-ups and arrival notices, the topic statistics and
         the metrics' message tallies of a chunk."""
-        self._store.appended(sp.needs_allocate, [(t.decode(), q, end) for t, q, end in sp.touched])
+        self._store.appended(
+            chunk.needs_allocate, [(t.decode(), q, end) for t, q, end in chunk.touched]
+        )
         p = self._processor
         stats, tallies = p.stats, p.tallies
         if stats is None and tallies is None:
             return
-        for t, count, wrote, body in sp.stats:
+        for t, count, wrote, body in chunk.stats:
             topic = t.decode()
             if stats is not None:
                 stats.inc_topic_put(topic, count, wrote)
             if tallies is not None:
                 tallies.sent(topic, "normal", count, body)
 
-    def _answer(self, conn: Connection, sp: rmqcore.SendPath, answers: bytes, t0: int) -> None:
+    def _answer(self, conn: Connection, chunk: rmqcore.SendChunk, t0: int) -> None:
         """A chunk's answers: now in ASYNC_FLUSH; in SYNC_FLUSH once its last
         byte is durable, on a SYNC_MASTER once the slaves hold it; each told
         to the RPC metrics."""
         p = self._processor
-        n, v2 = sp.handled, sp.handled_v2
+        n, v2 = chunk.handled, chunk.handled_v2
+        answers = chunk.answers
         observe = self._server.rpc_observer
         if observe is not None:
             # each send is told the chunk's time per send, and in SYNC_FLUSH
@@ -162,13 +268,13 @@ class SendFastPath:
             if observe is not None:
                 tell(how="oneway")  # as handle() tells a oneway send answered
             return
-        flush = self._store.durable_future_at(sp.end_offset, sp.handled) if p.sync_flush else None
+        flush = self._store.durable_future_at(chunk.end_offset, n) if p.sync_flush else None
         replica = None
         code: int = ResponseCode.SUCCESS
         ha = p.replica_wait
         if ha is not None:
-            if ha.is_slave_ok(sp.end_offset):
-                replica = ha.wait_replicated(sp.end_offset)
+            if ha.is_slave_ok(chunk.end_offset):
+                replica = ha.wait_replicated(chunk.end_offset)
             else:
                 # stored on the master only; the clients decide
                 # (SendStatus.SLAVE_NOT_AVAILABLE), as send.py's _answer
