@@ -340,7 +340,7 @@ static int dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int 
     return rc;
 }
 
-static int rmq_store_dispatch_owned(rmq_store_t *s, int64_t *n) {
+static int dispatch_owned(rmq_store_t *s, int64_t *n) {
     return dispatch_range(s, 0, 0, !s->cfg.index_async, n);
 }
 
@@ -408,7 +408,7 @@ static int catch_up_dispatch(rmq_store_t *s) {
     return __atomic_load_n(&s->dispatch_error, __ATOMIC_RELAXED);
 }
 
-static int rmq_store_put_owned(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
+static int put_owned(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
     int rc = catch_up_dispatch(s);
     if (rc != RMQ_OK) return rc;
     rc = rmq_commit_log_append(&s->cl, m, r);
@@ -417,8 +417,8 @@ static int rmq_store_put_owned(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append
     return RMQ_OK;
 }
 
-static int rmq_store_put_batch_owned(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
-                        int64_t batch_len, rmq_append_result_t *r) {
+static int put_batch_owned(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
+                           int64_t batch_len, rmq_append_result_t *r) {
     int rc = catch_up_dispatch(s);
     if (rc != RMQ_OK) return rc;
     rc = rmq_commit_log_append_batch(&s->cl, proto, batch, batch_len, r);
@@ -427,8 +427,8 @@ static int rmq_store_put_batch_owned(rmq_store_t *s, const rmq_msg_in_t *proto, 
     return RMQ_OK;
 }
 
-static int rmq_store_append_replica_owned(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
-                             int64_t *accepted, int32_t *rolled) {
+static int append_replica_owned(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
+                                int64_t *accepted, int32_t *rolled) {
     int empty = rmq_mfq_last(s->cl.mfq) == NULL;
     int rc = rmq_commit_log_append_replica(&s->cl, offset, data, len, 1, accepted, rolled);
     if (*accepted > 0) {
@@ -442,7 +442,7 @@ static int rmq_store_append_replica_owned(rmq_store_t *s, int64_t offset, const 
     return rc;
 }
 
-static int rmq_store_truncate_owned(rmq_store_t *s, int64_t offset) {
+static int truncate_owned(rmq_store_t *s, int64_t offset) {
     rmq_mfq_t *q = s->cl.mfq;
     if (offset < rmq_mfq_min_offset(q) || offset > rmq_mfq_max_offset(q)) return RMQ_EBAD_ARG;
     if (offset == rmq_mfq_max_offset(q)) return RMQ_OK;
@@ -546,7 +546,7 @@ int rmq_store_delete_expired_logics(rmq_store_t *s) {
     return deleted;
 }
 
-static int rmq_store_delete_topic_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
+static int delete_topic_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
     int rc = rmq_validate_topic(topic, tlen);
     if (rc != RMQ_OK) return rc;
     int deleted = 0;
@@ -1044,14 +1044,14 @@ int rmq_store_close(rmq_store_t *s) {
 /* The owner calls, each under the owner lock (message_store.h). */
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n) {
     rmq_store_own(s);
-    int r_ = rmq_store_dispatch_owned(s, n);
+    int r_ = dispatch_owned(s, n);
     rmq_store_disown(s);
     return r_;
 }
 
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
     rmq_store_own(s);
-    int r_ = rmq_store_put_owned(s, m, r);
+    int r_ = put_owned(s, m, r);
     rmq_store_disown(s);
     return r_;
 }
@@ -1059,7 +1059,7 @@ int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r)
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r) {
     rmq_store_own(s);
-    int r_ = rmq_store_put_batch_owned(s, proto, batch, batch_len, r);
+    int r_ = put_batch_owned(s, proto, batch, batch_len, r);
     rmq_store_disown(s);
     return r_;
 }
@@ -1067,21 +1067,21 @@ int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t
 int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
                              int64_t *accepted, int32_t *rolled) {
     rmq_store_own(s);
-    int r_ = rmq_store_append_replica_owned(s, offset, data, len, accepted, rolled);
+    int r_ = append_replica_owned(s, offset, data, len, accepted, rolled);
     rmq_store_disown(s);
     return r_;
 }
 
 int rmq_store_truncate(rmq_store_t *s, int64_t offset) {
     rmq_store_own(s);
-    int r_ = rmq_store_truncate_owned(s, offset);
+    int r_ = truncate_owned(s, offset);
     rmq_store_disown(s);
     return r_;
 }
 
 int rmq_store_delete_topic(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
     rmq_store_own(s);
-    int r_ = rmq_store_delete_topic_owned(s, topic, tlen);
+    int r_ = delete_topic_owned(s, topic, tlen);
     rmq_store_disown(s);
     return r_;
 }

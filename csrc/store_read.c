@@ -20,12 +20,12 @@ static rmq_consume_queue_t *find_cq(rmq_store_t *s, const uint8_t *topic, int32_
     return e ? e->cq : NULL;
 }
 
-static int64_t rmq_store_min_offset_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
+static int64_t min_offset_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
     rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     return cq ? rmq_cq_min_offset(cq) : -1;
 }
 
-static int64_t rmq_store_max_offset_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
+static int64_t max_offset_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
     rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     return cq ? rmq_cq_max_offset(cq) : -1;
 }
@@ -41,8 +41,8 @@ static int64_t store_ts_at(rmq_store_t *s, int64_t phys) {
     return rc == RMQ_OK ? v.store_timestamp : -1;
 }
 
-static int64_t rmq_store_offset_by_time_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
-                                 int64_t ts) {
+static int64_t offset_by_time_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
+                                    int64_t ts) {
     rmq_consume_queue_t *cq = find_cq(s, topic, tlen, qid);
     if (!cq) return -1;
     int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
@@ -92,9 +92,9 @@ int rmq_store_unit_names_record(rmq_store_t *s, const rmq_cq_unit_t *u, int64_t 
            rmq_sysflag_in_consume_queue(rmq_get_be32(p + 36));
 }
 
-static int rmq_store_get_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid, int64_t offset,
-                  int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
-                  int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res) {
+static int get_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
+                     int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
+                     int32_t ntags, int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res) {
     memset(res, 0, sizeof(*res));
     res->next_begin_offset = offset;
     res->status = RMQ_GET_NO_MESSAGE_IN_QUEUE;
@@ -222,9 +222,9 @@ static int record_has_key(const rmq_record_view_t *v, const uint8_t *key, int32_
     return 0;
 }
 
-static int rmq_store_query_key_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
-                        int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
-                        int *n) {
+static int query_key_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
+                           int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
+                           int *n) {
     *n = 0;
     if (!s->index || max <= 0) return RMQ_OK;
     for (int64_t built = 1; built > 0;) {
@@ -234,9 +234,9 @@ static int rmq_store_query_key_owned(rmq_store_t *s, const uint8_t *topic, int32
     return rmq_store_find_key(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
 }
 
-static int rmq_store_find_key_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
-                       int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
-                       int *n) {
+static int find_key_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
+                          int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
+                          int *n) {
     *n = 0;
     if (!s->index || max <= 0) return RMQ_OK;
     int cap = max * 4 + 16;
@@ -267,14 +267,14 @@ static int rmq_store_find_key_owned(rmq_store_t *s, const uint8_t *topic, int32_
 /* The owner calls, each under the owner lock (message_store.h). */
 int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
     rmq_store_own(s);
-    int64_t r_ = rmq_store_min_offset_owned(s, topic, tlen, qid);
+    int64_t r_ = min_offset_owned(s, topic, tlen, qid);
     rmq_store_disown(s);
     return r_;
 }
 
 int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
     rmq_store_own(s);
-    int64_t r_ = rmq_store_max_offset_owned(s, topic, tlen, qid);
+    int64_t r_ = max_offset_owned(s, topic, tlen, qid);
     rmq_store_disown(s);
     return r_;
 }
@@ -283,7 +283,8 @@ int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qi
                   int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
                   int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res) {
     rmq_store_own(s);
-    int r_ = rmq_store_get_owned(s, topic, tlen, qid, offset, max_msgs, max_bytes, tags, ntags, max_phys, out, res);
+    int r_ = get_owned(s, topic, tlen, qid, offset, max_msgs, max_bytes, tags, ntags, max_phys,
+                       out, res);
     rmq_store_disown(s);
     return r_;
 }
@@ -292,7 +293,7 @@ int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, cons
                         int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
                         int *n) {
     rmq_store_own(s);
-    int r_ = rmq_store_query_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
+    int r_ = query_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
     rmq_store_disown(s);
     return r_;
 }
@@ -301,7 +302,7 @@ int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const
                        int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
                        int *n) {
     rmq_store_own(s);
-    int r_ = rmq_store_find_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
+    int r_ = find_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
     rmq_store_disown(s);
     return r_;
 }
@@ -309,7 +310,7 @@ int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const
 int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
                                  int64_t ts) {
     rmq_store_own(s);
-    int64_t r_ = rmq_store_offset_by_time_owned(s, topic, tlen, qid, ts);
+    int64_t r_ = offset_by_time_owned(s, topic, tlen, qid, ts);
     rmq_store_disown(s);
     return r_;
 }

@@ -160,8 +160,8 @@ class BrokerConfig:
     #: threads that serve sends (RocketMQ's key; 1 as in RocketMQ 4.x): the
     #: event loop and sendMessageThreadPoolNums - 1 C send threads, which
     #: store and answer the C path's large chunks of pipelined sends on
-    #: other cores (pyrmq/broker/processor/send_fast.py). They pay only for
-    #: deep pipelines (bench/README.md, "More than one core")
+    #: other cores (pyrmq/broker/processor/send_fast.py). On a 2-vCPU
+    #: machine they did not pay (bench/README.md, "More than one core")
     send_message_thread_pool_nums: int = 1
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and

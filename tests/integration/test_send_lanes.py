@@ -239,6 +239,6 @@ def test_thread_count_is_checked(value: int) -> None:
 
 
 def test_default_is_the_event_loop_alone() -> None:
-    # RocketMQ 4.x's default; the threads pay for deep pipelines only
+    # RocketMQ 4.x's default; on 2 vCPUs the threads did not pay
     # (bench/README.md, "More than one core")
     assert BrokerConfig().send_message_thread_pool_nums == 1

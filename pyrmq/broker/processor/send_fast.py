@@ -24,8 +24,7 @@ More than one core: with sendMessageThreadPoolNums > 1, a chunk of at least
 LANE_MIN_BYTES of whole frames is handed to one of the C send threads
 (rmqcore/_sendlanes.pyx) instead of being served inline, and the
 connection reads nothing more until it comes back; the loop meanwhile
-serves the other connections (and serves their chunks inline when it has
-nothing else to do). The pool's eventfd wakes the loop, which then finishes
+serves the other connections. The pool's eventfd wakes the loop, which then finishes
 the chunk as an inline one: bookkeeping, answers, then the frames after
 the served ones through the Python path. Small chunks (one send at a time)
 stay inline: a hand-over costs two thread wake-ups.
@@ -48,6 +47,7 @@ from pyrmq.broker.processor.send_answer import (
     settled_ok,
 )
 from pyrmq.broker.topic_config import TopicConfigManager
+from pyrmq.common.errors import StoreError
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.command import FrameDecoder
 from pyrmq.remoting.connection import Connection
@@ -145,7 +145,12 @@ class SendFastPath:
     # -- the C send threads -------------------------------------------------
 
     def _start_lanes(self, sp: rmqcore.SendPath) -> None:
-        sp.start_lanes(self.lanes)
+        try:
+            sp.start_lanes(self.lanes)
+        except (OSError, MemoryError, ValueError, StoreError) as e:
+            log.error("C send threads not started, every chunk is served inline: %s", e)
+            self.lanes = 0
+            return
         loop = self._lanes_loop = asyncio.get_running_loop()
         loop.add_reader(sp.lanes_fd, self._collect)
 
