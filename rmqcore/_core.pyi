@@ -237,6 +237,7 @@ def decode_json_header(
 def split_frames(
     buf: bytes | bytearray | memoryview, max_frame: int
 ) -> tuple[list[tuple[int, Any, bytes]], int]: ...
+def whole_frames_end(buf: bytes | bytearray | memoryview, max_frame: int) -> int: ...
 def encode_json_header(
     code: int,
     language: str,
@@ -270,8 +271,6 @@ class SendChunk:
     used: int
     error: str | None
     token: Any
-
-def whole_frames_end(buf: bytes | bytearray | memoryview, max_frame: int) -> int: ...
 
 class SendLanes:
     """A SendPath's C send threads (SendPath.start_lanes)."""

@@ -66,6 +66,65 @@ def decode_json_header(data) -> tuple:
     return _parse_header(<const char *>&mv[0], <size_t>mv.shape[0])
 
 
+# What _frame_at finds at a position of a stream of frames.
+cdef enum:
+    FRAME_WHOLE = 0         # a whole frame with sound lengths
+    FRAME_SHORT             # not all of it has arrived yet
+    FRAME_BAD_LENGTH        # its length is outside 4..max_frame
+    FRAME_BAD_HEADER_LENGTH  # its header length runs past the frame
+
+
+cdef inline int _frame_at(const unsigned char *q, Py_ssize_t avail, Py_ssize_t max_frame,
+                          Py_ssize_t *flen, unsigned int *stype,
+                          Py_ssize_t *hlen) noexcept nogil:
+    """The frame at q, of which avail bytes are there: its total length
+    field (flen), serialize type and header length, and what it is."""
+    if avail < 4:
+        return FRAME_SHORT
+    flen[0] = (<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16) | (<Py_ssize_t>q[2] << 8) | q[3]
+    if flen[0] < 4 or flen[0] > max_frame:
+        return FRAME_BAD_LENGTH
+    if avail - 4 < flen[0]:
+        return FRAME_SHORT
+    stype[0] = q[4]
+    hlen[0] = (<Py_ssize_t>q[5] << 16) | (<Py_ssize_t>q[6] << 8) | q[7]
+    if hlen[0] > flen[0] - 4:
+        return FRAME_BAD_HEADER_LENGTH
+    return FRAME_WHOLE
+
+
+cdef tuple _split_from(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
+                       Py_ssize_t max_frame):
+    """The frames of buf[pos:n] as split_frames gives them: (frames, bytes
+    consumed up to, the fault that broke the stream there or None)."""
+    cdef Py_ssize_t flen = 0, hlen = 0
+    cdef unsigned int stype = 0
+    cdef int what
+    cdef const unsigned char *q
+    frames = []
+    while True:
+        q = buf + pos
+        what = _frame_at(q, n - pos, max_frame, &flen, &stype, &hlen)
+        if what == FRAME_SHORT:
+            return frames, pos, None
+        if what == FRAME_BAD_LENGTH:
+            return frames, pos, f"frame length {flen} outside 4..{max_frame}"
+        if what == FRAME_BAD_HEADER_LENGTH:
+            return frames, pos, f"header length {hlen} runs past the frame ({flen - 4} bytes)"
+        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
+        if stype == 0:
+            if hlen == 0:
+                return frames, pos, "empty header"
+            try:
+                header = _parse_header(<const char *>q + 8, <size_t>hlen)
+            except ValueError as e:
+                return frames, pos, str(e)
+        else:
+            header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
+        frames.append((stype, header, body))
+        pos += 4 + flen
+
+
 def split_frames(buf, Py_ssize_t max_frame):
     """Split back-to-back frames at the start of buf. Returns (frames,
     consumed): each frame is (serialize_type, header, body), header being the
@@ -73,32 +132,24 @@ def split_frames(buf, Py_ssize_t max_frame):
     otherwise. Raises ValueError on a bad length or header (the stream is
     then unusable)."""
     cdef const unsigned char[::1] mv = buf
-    cdef Py_ssize_t n = mv.shape[0], pos = 0, flen, hlen
-    cdef unsigned int word, stype
-    cdef const unsigned char *q
-    frames = []
-    while n - pos >= 4:
-        q = &mv[pos]
-        flen = (<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16) | (<Py_ssize_t>q[2] << 8) | q[3]
-        if flen < 4 or flen > max_frame:
-            raise ValueError(f"frame length {flen} outside 4..{max_frame}")
-        if n - pos - 4 < flen:
-            break
-        word = (<unsigned int>q[4] << 24) | (<unsigned int>q[5] << 16) | (<unsigned int>q[6] << 8) | q[7]
-        stype = word >> 24
-        hlen = word & 0xFFFFFF
-        if hlen > flen - 4:
-            raise ValueError(f"header length {hlen} runs past the frame ({flen - 4} bytes)")
-        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
-        if stype == 0:
-            if hlen == 0:
-                raise ValueError("empty header")
-            header = _parse_header(<const char *>q + 8, <size_t>hlen)
-        else:
-            header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
-        frames.append((stype, header, body))
-        pos += 4 + flen
+    cdef Py_ssize_t n = mv.shape[0]
+    frames, pos, bad = _split_from(&mv[0] if n else NULL, n, 0, max_frame)
+    if bad is not None:
+        raise ValueError(bad)
     return frames, pos
+
+
+def whole_frames_end(buf, Py_ssize_t max_frame) -> int:
+    """The bytes of buf's leading whole frames whose lengths are sound:
+    what may be handed to a C send thread as it is."""
+    cdef const unsigned char[::1] mv = buf
+    cdef Py_ssize_t n = mv.shape[0], pos = 0, flen = 0, hlen = 0
+    cdef unsigned int stype = 0
+    while n and _frame_at(&mv[pos], n - pos, max_frame, &flen, &stype, &hlen) == FRAME_WHOLE:
+        pos += 4 + flen
+        if pos == n:
+            break
+    return pos
 
 
 cdef inline char *_put(char *o, const char *s, size_t n):

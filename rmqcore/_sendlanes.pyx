@@ -70,7 +70,6 @@ cdef class SendLanes:
         cdef rmq_lane_job *nxt
         cdef sp_job_t *j
         cdef SendChunk c
-        cdef const unsigned char *buf
         out = []
         while jobs != NULL:
             nxt = jobs.next
@@ -82,7 +81,7 @@ cdef class SendLanes:
                     _out_reset(&j.out, False)
                 c = _chunk_of(&j.out)
                 c.token = keep[2]
-                c.frames, c.used, c.error = _split_rest(j.buf, j.n, j.out.pos, j.max_frame)
+                c.frames, c.used, c.error = _split_from(j.buf, j.n, j.out.pos, j.max_frame)
                 out.append(c)
             finally:
                 _out_free(&j.out)
@@ -120,22 +119,3 @@ cdef class SendLanes:
                 free(self.ctx.scratch[i].props)
             free(self.ctx.scratch)
 
-
-def whole_frames_end(buf, Py_ssize_t max_frame) -> int:
-    """The bytes of buf's leading whole frames whose lengths are sound
-    (frame length within 4..max_frame, header length within the frame):
-    what may be handed to a C send thread as it is."""
-    cdef const unsigned char[::1] mv = buf
-    cdef Py_ssize_t n = mv.shape[0], pos = 0, flen, hlen
-    cdef const unsigned char *q
-    while n - pos >= 8:
-        q = &mv[pos]
-        flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
-                | (<Py_ssize_t>q[2] << 8) | q[3])
-        if flen < 4 or flen > max_frame or n - pos - 4 < flen:
-            break
-        hlen = ((<Py_ssize_t>q[5] << 16) | (<Py_ssize_t>q[6] << 8) | q[7])
-        if hlen > flen - 4:
-            break
-        pos += 4 + flen
-    return pos

@@ -354,16 +354,13 @@ cdef void _serve(sp_shared_t *S, sp_scratch_t *T, sp_out_t *R, const uint8_t *bu
     """Serve buf's leading frames while each can be (R.pos: the bytes they
     take); the first one that cannot, an incomplete one, or one that breaks
     the stream ends it (the Python path's split then reads on from there)."""
-    cdef Py_ssize_t pos = 0, flen, hlen
+    cdef Py_ssize_t pos = 0, flen = 0, hlen = 0
+    cdef unsigned int stype = 0
     cdef const uint8_t *q
-    while n - pos >= 4:
+    while True:
         q = buf + pos
-        flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
-                | (<Py_ssize_t>q[2] << 8) | q[3])
-        if flen < 4 or flen > max_frame or n - pos - 4 < flen:
-            break
-        hlen = ((<Py_ssize_t>q[5] << 16) | (<Py_ssize_t>q[6] << 8) | q[7])
-        if q[4] != 0 or hlen == 0 or hlen > flen - 4:
+        if (_frame_at(q, n - pos, max_frame, &flen, &stype, &hlen) != FRAME_WHOLE
+                or stype != 0 or hlen == 0):
             break
         if not _take(S, T, R, <const char *>q + 8, <size_t>hlen, q + 8 + hlen, flen - 4 - hlen,
                      born_host, bhl):
@@ -421,47 +418,6 @@ cdef SendChunk _chunk_of(sp_out_t *R):
         tt = &R.touched[i]
         c.touched.append((names[tt.name_off], tt.qid, tt.end))
     return c
-
-
-cdef tuple _split_rest(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos, Py_ssize_t max_frame):
-    """split_frames of buf from pos on: (frames, bytes consumed up to, the
-    fault that broke the stream there or None)."""
-    cdef Py_ssize_t flen, hlen
-    cdef unsigned int word, stype
-    cdef const unsigned char *q
-    bad = None
-    frames = []
-    while n - pos >= 4:
-        q = buf + pos
-        flen = ((<Py_ssize_t>q[0] << 24) | (<Py_ssize_t>q[1] << 16)
-                | (<Py_ssize_t>q[2] << 8) | q[3])
-        if flen < 4 or flen > max_frame:
-            bad = f"frame length {flen} outside 4..{max_frame}"
-            break
-        if n - pos - 4 < flen:
-            break
-        word = ((<unsigned int>q[4] << 24) | (<unsigned int>q[5] << 16)
-                | (<unsigned int>q[6] << 8) | q[7])
-        stype = word >> 24
-        hlen = word & 0xFFFFFF
-        if hlen > flen - 4:
-            bad = f"header length {hlen} runs past the frame ({flen - 4} bytes)"
-            break
-        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
-        if stype == 0:
-            if hlen == 0:
-                bad = "empty header"
-                break
-            try:
-                header = _parse_header(<const char *>q + 8, <size_t>hlen)
-            except ValueError as e:
-                bad = str(e)
-                break
-        else:
-            header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
-        frames.append((stype, header, body))
-        pos += 4 + flen
-    return frames, pos, bad
 
 
 cdef class SendLanes  # _sendlanes.pyx
@@ -536,7 +492,7 @@ cdef class SendPath:
         c = _chunk_of(R)
         if R.nomem and not R.handled:
             raise MemoryError()
-        c.frames, c.used, bad = _split_rest(&mv[0] if n else NULL, n, R.pos, max_frame)
+        c.frames, c.used, bad = _split_from(&mv[0] if n else NULL, n, R.pos, max_frame)
         if bad is not None and not R.handled:
             raise ValueError(bad)
         # frames taken here are stored: their answers go out before the

@@ -186,6 +186,26 @@ def test_split_frames_returns_whole_frames_and_what_it_used():
 
 
 @pytest.mark.parametrize(
+    "tail",
+    [
+        b"",
+        b"\x00",
+        b"\x00\x00\x00\x30\x00",
+        b"\xff\xff\xff\xff",
+        struct.pack(">II", 8, 100) + b"abcd",
+    ],
+)
+def test_whole_frames_end_stops_where_split_frames_would(tail):
+    """The whole frames with sound lengths, up to a partial or a bad one
+    (what the broker may hand to a C send thread)."""
+    a = _frame(b'{"code":10,"opaque":1}', b"body-a")
+    b = _frame(b"\x00\x0a\x01", b"", stype=1)
+    assert rmqcore.whole_frames_end(a + b + tail, 1 << 24) == len(a) + len(b)
+    assert rmqcore.whole_frames_end(a + b, len(a) - 5) == 0  # a is past max_frame
+    assert rmqcore.whole_frames_end(b"", 1 << 24) == 0
+
+
+@pytest.mark.parametrize(
     "raw,match",
     [
         (b"\xff\xff\xff\xff", "frame length"),
