@@ -1043,45 +1043,27 @@ int rmq_store_close(rmq_store_t *s) {
 
 /* The owner calls, each under the owner lock (message_store.h). */
 int rmq_store_dispatch(rmq_store_t *s, int64_t *n) {
-    rmq_store_own(s);
-    int r_ = dispatch_owned(s, n);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, dispatch_owned(s, n));
 }
 
 int rmq_store_put(rmq_store_t *s, const rmq_msg_in_t *m, rmq_append_result_t *r) {
-    rmq_store_own(s);
-    int r_ = put_owned(s, m, r);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, put_owned(s, m, r));
 }
 
 int rmq_store_put_batch(rmq_store_t *s, const rmq_msg_in_t *proto, const uint8_t *batch,
                         int64_t batch_len, rmq_append_result_t *r) {
-    rmq_store_own(s);
-    int r_ = put_batch_owned(s, proto, batch, batch_len, r);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, put_batch_owned(s, proto, batch, batch_len, r));
 }
 
 int rmq_store_append_replica(rmq_store_t *s, int64_t offset, const uint8_t *data, int64_t len,
                              int64_t *accepted, int32_t *rolled) {
-    rmq_store_own(s);
-    int r_ = append_replica_owned(s, offset, data, len, accepted, rolled);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, append_replica_owned(s, offset, data, len, accepted, rolled));
 }
 
 int rmq_store_truncate(rmq_store_t *s, int64_t offset) {
-    rmq_store_own(s);
-    int r_ = truncate_owned(s, offset);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, truncate_owned(s, offset));
 }
 
 int rmq_store_delete_topic(rmq_store_t *s, const uint8_t *topic, int32_t tlen) {
-    rmq_store_own(s);
-    int r_ = delete_topic_owned(s, topic, tlen);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, delete_topic_owned(s, topic, tlen));
 }

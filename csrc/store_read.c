@@ -266,51 +266,33 @@ static int find_key_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, co
 
 /* The owner calls, each under the owner lock (message_store.h). */
 int64_t rmq_store_min_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
-    rmq_store_own(s);
-    int64_t r_ = min_offset_owned(s, topic, tlen, qid);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int64_t, min_offset_owned(s, topic, tlen, qid));
 }
 
 int64_t rmq_store_max_offset(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid) {
-    rmq_store_own(s);
-    int64_t r_ = max_offset_owned(s, topic, tlen, qid);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int64_t, max_offset_owned(s, topic, tlen, qid));
 }
 
 int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid, int64_t offset,
                   int32_t max_msgs, int64_t max_bytes, const int32_t *tags, int32_t ntags,
                   int64_t max_phys, rmq_cq_unit_t *out, rmq_get_result_t *res) {
-    rmq_store_own(s);
-    int r_ = get_owned(s, topic, tlen, qid, offset, max_msgs, max_bytes, tags, ntags, max_phys,
-                       out, res);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, get_owned(s, topic, tlen, qid, offset, max_msgs, max_bytes, tags, ntags,
+                                   max_phys, out, res));
 }
 
 int rmq_store_query_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
                         int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
                         int *n) {
-    rmq_store_own(s);
-    int r_ = query_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, query_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n));
 }
 
 int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t tlen, const uint8_t *key,
                        int32_t klen, int64_t begin_ts, int64_t end_ts, int64_t *out, int max,
                        int *n) {
-    rmq_store_own(s);
-    int r_ = find_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int, find_key_owned(s, topic, tlen, key, klen, begin_ts, end_ts, out, max, n));
 }
 
 int64_t rmq_store_offset_by_time(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
                                  int64_t ts) {
-    rmq_store_own(s);
-    int64_t r_ = offset_by_time_owned(s, topic, tlen, qid, ts);
-    rmq_store_disown(s);
-    return r_;
+    RMQ_STORE_OWNED(int64_t, offset_by_time_owned(s, topic, tlen, qid, ts));
 }
