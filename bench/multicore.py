@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import operator
 import os
 import statistics
 import sys
@@ -39,6 +40,7 @@ from typing import Any
 
 from bench import broker_load as bl
 from bench import pipelined as pl
+from bench._runs import paired_ratio
 from pyrmq.remoting import RequestCode
 
 #: (name, broker CPUs or None, generator CPUs or None, sendMessageThreadPoolNums)
@@ -153,14 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| ratio (within each round) | median | rounds |")
     print("|---|---:|---|")
     for a, b in RATIOS:
-        per = []
-        for rnd in range(args.rounds):
-            ra = next(r for r in runs if r["round"] == rnd and r["setup"] == a)
-            rb = next(r for r in runs if r["round"] == rnd and r["setup"] == b)
-            per.append(ra["msgs_per_s"] / rb["msgs_per_s"])
-        print(
-            f"| {a} ÷ {b} | {statistics.median(per):.2f} | {', '.join(f'{x:.2f}' for x in per)} |"
-        )
+        # runs are in round order, so the two lists pair up round by round
+        ra = [r for r in runs if r["setup"] == a]
+        rb = [r for r in runs if r["setup"] == b]
+        rate = operator.itemgetter("msgs_per_s")
+        per = ", ".join(f"{rate(x) / rate(y):.2f}" for x, y in zip(ra, rb, strict=True))
+        print(f"| {a} ÷ {b} | {paired_ratio(ra, rb, rate):.2f} | {per} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
