@@ -25,6 +25,12 @@ cdef struct sp_job_t:
     PyObject *keep  # (data, born_host, token): alive while the job is out
 
 
+cdef void _job_free(sp_job_t *j) noexcept nogil:
+    """A job and what serving it allocated (not its keep reference)."""
+    _out_free(&j.out)
+    free(j)
+
+
 cdef struct sp_lanes_ctx_t:
     sp_shared_t *S
     sp_scratch_t *scratch  # one per thread
@@ -84,8 +90,7 @@ cdef class SendLanes:
                 c.frames, c.used, c.error = _split_from(j.buf, j.n, j.out.pos, j.max_frame)
                 out.append(c)
             finally:
-                _out_free(&j.out)
-                free(j)
+                _job_free(j)
             jobs = nxt
         return out
 
@@ -111,8 +116,7 @@ cdef class SendLanes:
             while jobs != NULL:
                 nxt = jobs.next
                 Py_DECREF(<object>(<sp_job_t *>jobs).keep)
-                _out_free(&(<sp_job_t *>jobs).out)
-                free(jobs)
+                _job_free(<sp_job_t *>jobs)
                 jobs = nxt
         if self.ctx.scratch != NULL:
             for i in range(self.threads):
