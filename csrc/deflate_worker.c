@@ -1,36 +1,30 @@
-/* deflate_worker.c: see deflate_worker.h. One thread, one rmq_deflater kept
- * for the worker's life (deflate.h), one list of jobs: head..tail in
- * submission order, `todo` the first not yet compressed. The thread takes
- * `todo` under the lock, compresses it without the lock, and advances
- * `todo` under the lock; done() detaches head up to `todo`. */
+/* deflate_worker.c: see deflate_worker.h. A one-thread lane pool
+ * (lane_pool.h) whose serve function compresses a job with the one
+ * rmq_deflater kept for the worker's life; one thread, so jobs finish in
+ * the order submitted. max_pending is checked against the pool's count of
+ * jobs not taken back. */
 #include "deflate_worker.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "rmq_errors.h"
 
 struct rmq_deflate_worker {
-    pthread_mutex_t lock;
-    pthread_cond_t wake; /* a job was queued, or stop was set */
-    pthread_t thread;
-    pid_t pid;
-    int level;
-    int stop;
-    rmq_deflate_job *head, *tail, *todo;
-    size_t pending;
+    rmq_lanes *lanes;
+    rmq_deflater d; /* used by the pool's one thread only */
     size_t max_pending;
 };
 
 /* Compress one job into a new buffer; the result in job->rc. */
-static void compress_job(rmq_deflater *d, rmq_deflate_job *job)
+static void compress_job(void *ctx, int lane, rmq_lane_job *lj)
 {
-    size_t bound = rmq_deflater_bound(d, job->in_len);
+    rmq_deflate_worker *w = ctx;
+    rmq_deflate_job *job = (rmq_deflate_job *)lj;
+    size_t bound = rmq_deflater_bound(&w->d, job->in_len);
 
+    (void)lane;
     if (bound == 0) {
         job->rc = -ENOMEM;
         return;
@@ -40,35 +34,11 @@ static void compress_job(rmq_deflater *d, rmq_deflate_job *job)
         job->rc = -ENOMEM;
         return;
     }
-    job->rc = rmq_deflater_compress(d, job->in, job->in_len, job->out, bound, &job->out_len);
+    job->rc = rmq_deflater_compress(&w->d, job->in, job->in_len, job->out, bound, &job->out_len);
     if (job->rc != RMQ_OK) {
         free(job->out);
         job->out = NULL;
     }
-}
-
-static void *worker_main(void *arg)
-{
-    rmq_deflate_worker *w = arg;
-    rmq_deflate_job *job;
-    rmq_deflater d;
-
-    rmq_deflater_init(&d, w->level, 8); /* the level was checked at open */
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        while (!w->stop && w->todo == NULL)
-            pthread_cond_wait(&w->wake, &w->lock);
-        if (w->stop)
-            break;
-        job = w->todo;
-        pthread_mutex_unlock(&w->lock);
-        compress_job(&d, job);
-        pthread_mutex_lock(&w->lock);
-        w->todo = job->next;
-    }
-    pthread_mutex_unlock(&w->lock);
-    rmq_deflater_end(&d);
-    return NULL;
 }
 
 int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pending)
@@ -82,26 +52,13 @@ int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pend
     w = calloc(1, sizeof *w);
     if (w == NULL)
         return -ENOMEM;
-    w->level = level;
     w->max_pending = max_pending;
-    w->pid = getpid();
-    rc = pthread_mutex_init(&w->lock, NULL);
-    if (rc != 0) {
+    rmq_deflater_init(&w->d, level, 8); /* the level was checked above */
+    rc = rmq_lanes_open(&w->lanes, 1, compress_job, w);
+    if (rc != RMQ_OK) {
+        rmq_deflater_end(&w->d);
         free(w);
-        return -rc;
-    }
-    rc = pthread_cond_init(&w->wake, NULL);
-    if (rc != 0) {
-        pthread_mutex_destroy(&w->lock);
-        free(w);
-        return -rc;
-    }
-    rc = pthread_create(&w->thread, NULL, worker_main, w);
-    if (rc != 0) {
-        pthread_cond_destroy(&w->wake);
-        pthread_mutex_destroy(&w->lock);
-        free(w);
-        return -rc;
+        return rc;
     }
     *out = w;
     return RMQ_OK;
@@ -114,6 +71,9 @@ int rmq_deflate_worker_submit(rmq_deflate_worker *w, const unsigned char *in, si
 
     if (in_len > RMQ_DEFLATE_MAX_INPUT)
         return RMQ_EBAD_ARG;
+    /* only the caller submits: the count can only fall meanwhile */
+    if (rmq_lanes_pending(w->lanes) >= w->max_pending)
+        return RMQ_EFULL;
     job = calloc(1, sizeof *job);
     if (job == NULL)
         return -ENOMEM;
@@ -121,77 +81,24 @@ int rmq_deflate_worker_submit(rmq_deflate_worker *w, const unsigned char *in, si
     job->in_len = in_len;
     job->rc = -ECANCELED;
     job->token = token;
-    pthread_mutex_lock(&w->lock);
-    if (w->pending >= w->max_pending) {
-        pthread_mutex_unlock(&w->lock);
-        free(job);
-        return RMQ_EFULL;
-    }
-    if (w->tail != NULL)
-        w->tail->next = job;
-    else
-        w->head = job;
-    w->tail = job;
-    w->pending++;
-    if (w->todo == NULL) {
-        w->todo = job;
-        pthread_cond_signal(&w->wake);
-    }
-    pthread_mutex_unlock(&w->lock);
+    rmq_lanes_submit(w->lanes, &job->lane);
     return RMQ_OK;
 }
 
 rmq_deflate_job *rmq_deflate_worker_done(rmq_deflate_worker *w)
 {
-    rmq_deflate_job *first, *last = NULL, *j;
-    size_t n = 0;
-
-    pthread_mutex_lock(&w->lock);
-    first = w->head;
-    for (j = w->head; j != NULL && j != w->todo; j = j->next) {
-        last = j;
-        n++;
-    }
-    if (last == NULL) {
-        pthread_mutex_unlock(&w->lock);
-        return NULL;
-    }
-    w->head = last->next;
-    if (w->head == NULL)
-        w->tail = NULL;
-    w->pending -= n;
-    last->next = NULL;
-    pthread_mutex_unlock(&w->lock);
-    return first;
+    return (rmq_deflate_job *)rmq_lanes_done(w->lanes);
 }
 
-size_t rmq_deflate_worker_pending(rmq_deflate_worker *w)
-{
-    size_t n;
+size_t rmq_deflate_worker_pending(rmq_deflate_worker *w) { return rmq_lanes_pending(w->lanes); }
 
-    pthread_mutex_lock(&w->lock);
-    n = w->pending;
-    pthread_mutex_unlock(&w->lock);
-    return n;
-}
-
-pid_t rmq_deflate_worker_pid(const rmq_deflate_worker *w)
-{
-    return w->pid;
-}
+pid_t rmq_deflate_worker_pid(const rmq_deflate_worker *w) { return rmq_lanes_pid(w->lanes); }
 
 rmq_deflate_job *rmq_deflate_worker_close(rmq_deflate_worker *w)
 {
-    rmq_deflate_job *jobs;
+    rmq_deflate_job *jobs = (rmq_deflate_job *)rmq_lanes_close(w->lanes);
 
-    pthread_mutex_lock(&w->lock);
-    w->stop = 1;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
-    jobs = w->head;
-    pthread_cond_destroy(&w->wake);
-    pthread_mutex_destroy(&w->lock);
+    rmq_deflater_end(&w->d);
     free(w);
     return jobs;
 }

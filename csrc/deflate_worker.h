@@ -10,12 +10,12 @@
  * (freed by rmq_deflate_job_free). The token is the caller's and is never
  * touched here.
  *
- * All functions are thread-safe and never wait on a job: submit and done
- * only take the worker's lock, which the thread holds for a few pointer
- * updates (never while compressing). Only close waits, for the job being
- * compressed (at most one, a bounded body). A forked child must not use a
- * worker its parent opened (the thread is not there): rmq_deflate_worker_pid
- * says which process it belongs to. */
+ * The thread and its queue are a one-thread lane pool (lane_pool.h): submit
+ * and done take its lock for a few pointer updates, never while a body is
+ * compressed; only close waits, for the body being compressed (at most one,
+ * a bounded body). A forked child must not use a worker its parent opened
+ * (the thread is not there): rmq_deflate_worker_pid says which process it
+ * belongs to. */
 #ifndef RMQ_DEFLATE_WORKER_H
 #define RMQ_DEFLATE_WORKER_H
 
@@ -23,9 +23,10 @@
 #include <sys/types.h>
 
 #include "deflate.h"
+#include "lane_pool.h"
 
 typedef struct rmq_deflate_job {
-    struct rmq_deflate_job *next;
+    rmq_lane_job lane;       /* first: the pool's link (rmq_deflate_next) */
     const unsigned char *in; /* the caller's, read by the thread */
     size_t in_len;
     unsigned char *out;      /* a zlib stream, when rc is RMQ_OK */
@@ -35,6 +36,12 @@ typedef struct rmq_deflate_job {
 } rmq_deflate_job;
 
 typedef struct rmq_deflate_worker rmq_deflate_worker;
+
+/* The job after j in a list done or close returned, or NULL. */
+static inline rmq_deflate_job *rmq_deflate_next(const rmq_deflate_job *j)
+{
+    return (rmq_deflate_job *)j->lane.next;
+}
 
 /* A worker compressing at zlib `level` (0..9), holding at most max_pending
  * jobs submitted and not yet taken back (>= 1), its thread started. */
@@ -46,7 +53,8 @@ int rmq_deflate_worker_submit(rmq_deflate_worker *w, const unsigned char *in, si
                               void *token);
 
 /* The jobs compressed so far and not yet taken, in submission order, as a
- * list (next, NULL-terminated) the caller now owns; NULL when none. */
+ * list (rmq_deflate_next, NULL-terminated) the caller now owns; NULL when
+ * none. */
 rmq_deflate_job *rmq_deflate_worker_done(rmq_deflate_worker *w);
 
 /* Jobs submitted and not yet taken back (compressed or not). */

@@ -1,6 +1,7 @@
 /* lane_pool.h: a few plain C threads serving jobs for an event loop, for
- * work the loop must not do itself (the broker's C send path on its other
- * cores, rmqcore/_sendlanes.pyx). The threads never take the GIL.
+ * work the loop must not do itself: the broker's C send path on its other
+ * cores (rmqcore/_sendlanes.pyx) and, with one thread, compression
+ * (deflate_worker.h). The threads never take the GIL.
  *
  * A job is the caller's struct with an rmq_lane_job as its first member;
  * the pool never allocates or frees one. Jobs are taken in the order

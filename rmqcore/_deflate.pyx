@@ -84,14 +84,14 @@ cdef list _take_jobs(rmq_deflate_job *job):
             stream = (<char *>job.out)[:job.out_len] if job.rc == 0 else None
             item = <tuple>job.token  # a new reference: the job's is dropped
             Py_DECREF(item)
-            nxt = job.next
+            nxt = rmq_deflate_next(job)
             rmq_deflate_job_free(job)
             job = nxt
             out.append((stream, item[0], item[1]))
     finally:
         while job != NULL:  # only after an exception (MemoryError)
             Py_DECREF(<object>job.token)
-            nxt = job.next
+            nxt = rmq_deflate_next(job)
             rmq_deflate_job_free(job)
             job = nxt
     return out
@@ -186,6 +186,6 @@ cdef class DeflateWorker:
         self.w = NULL
         while jobs != NULL:
             Py_DECREF(<object>jobs.token)
-            nxt = jobs.next
+            nxt = rmq_deflate_next(jobs)
             rmq_deflate_job_free(jobs)
             jobs = nxt

@@ -3,7 +3,6 @@ from posix.types cimport pid_t
 
 cdef extern from "deflate_worker.h" nogil:
     ctypedef struct rmq_deflate_job:
-        rmq_deflate_job *next
         const unsigned char *input "in"
         size_t in_len
         unsigned char *out
@@ -12,6 +11,7 @@ cdef extern from "deflate_worker.h" nogil:
         void *token
     ctypedef struct rmq_deflate_worker:
         pass
+    rmq_deflate_job *rmq_deflate_next(const rmq_deflate_job *j)
     int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pending)
     int rmq_deflate_worker_submit(rmq_deflate_worker *w, const unsigned char *input,
                                   size_t in_len, void *token)
