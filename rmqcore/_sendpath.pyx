@@ -17,9 +17,9 @@
 from cpython.ref cimport PyObject
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.stddef cimport ptrdiff_t
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memcpy
 
 
 cdef extern from *:
@@ -132,11 +132,20 @@ cdef bint _parse_int(rmq_json_span_t *s, long long dflt, long long lo, long long
 
 
 cdef bint _ascii(const char *p, size_t n) noexcept nogil:
-    cdef size_t i
-    for i in range(n):
-        if <unsigned char>p[i] >= 0x80:
-            return False
-    return True
+    """No byte of p[:n] has its high bit set. Eight bytes a step: byte by
+    byte this loop was most of _take's time, and how fast it ran moved by
+    15% with where the linker happened to place it."""
+    cdef uint64_t w
+    cdef uint64_t seen = 0
+    cdef size_t i = 0
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        seen |= w
+        i += 8
+    while i < n:
+        seen |= <unsigned char>p[i]
+        i += 1
+    return (seen & 0x8080808080808080ULL) == 0
 
 
 cdef inline char *_put_dec(char *o, long long v) noexcept nogil:
