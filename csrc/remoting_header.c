@@ -1,6 +1,7 @@
 /* remoting_header.c: see remoting_header.h. */
 #include "remoting_header.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "rmq_errors.h"
@@ -31,12 +32,40 @@ static int hexval(char ch) {
     return -1;
 }
 
-/* At an opening quote: scan the string, set span to its body. */
+/* Of 8 bytes, those string_span must look at one by one: a quote, a
+ * backslash, a control character. Nonzero when there is one; each of the
+ * three has-a-byte tests is exact for "any", and its lowest flagged byte is
+ * a true one (a false flag only follows a true one), so on a little-endian
+ * machine the lowest flag is the first stop. */
+static inline uint64_t string_stops(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL;
+    uint64_t q = w ^ (ones * (uint64_t)'"');
+    uint64_t b = w ^ (ones * (uint64_t)'\\');
+    return (((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20U) & ~w)) &
+           0x8080808080808080ULL;
+}
+
+/* At an opening quote: scan the string, set span to its body. Plain bytes
+ * are skipped eight at a time (the C++ client's header is ~300 bytes of
+ * strings; byte by byte this was a tenth of the broker's instructions a
+ * send). */
 static int string_span(cur_t *c, rmq_json_span_t *s) {
     c->p++; /* the quote */
     const char *b = c->p;
     char escaped = 0;
     while (c->p < c->end) {
+        if (c->end - c->p >= 8) {
+            uint64_t w;
+            memcpy(&w, c->p, 8);
+            uint64_t stops = string_stops(w);
+            if (!stops) {
+                c->p += 8;
+                continue;
+            }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            c->p += __builtin_ctzll(stops) >> 3;
+#endif
+        }
         unsigned char ch = (unsigned char)*c->p;
         if (ch == '"') {
             s->p = b;
