@@ -418,7 +418,11 @@ static void free_service(rmq_index_service_t *s) {
 
 /* 1 when the IndexFile at path has the size and a header an IndexFile made
  * with these parameters can have. */
-static int index_file_sane(const char *path, int32_t hash_slot_num, int32_t index_num) {
+/* 1 when the file at path can be an IndexFile; *end_ts receives its
+ * header's end_timestamp (-1 with no entry). */
+static int index_file_sane(const char *path, int32_t hash_slot_num, int32_t index_num,
+                           int64_t *end_ts) {
+    *end_ts = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
     struct stat st;
@@ -433,12 +437,13 @@ static int index_file_sane(const char *path, int32_t hash_slot_num, int32_t inde
     if (count < 0 || count > index_num || slots < 0 || slots > hash_slot_num) return 0;
     if (count <= 1) return 1; /* no entry yet: the rest of the header is unused */
     /* (times are not checked: a wall clock may step back between puts) */
+    *end_ts = rmq_get_be64(h + HDR_END_TS);
     int64_t begin_phy = rmq_get_be64(h + HDR_BEGIN_PHY), end_phy = rmq_get_be64(h + HDR_END_PHY);
     return begin_phy >= 0 && end_phy >= begin_phy;
 }
 
 int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32_t index_num,
-                                   int *dropped) {
+                                   int64_t distrust_after_ts, int *dropped) {
     *dropped = 0;
     if (!dir || hash_slot_num <= 0 || index_num <= 1) return RMQ_EBAD_ARG;
     DIR *d = opendir(dir);
@@ -466,6 +471,21 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
     }
     closedir(d);
     if (rc == RMQ_OK && n > 1) qsort(names, n, sizeof(*names), cmp_names);
+    size_t newest = n; /* the newest file with a size, when distrusting */
+    for (size_t i = n; distrust_after_ts >= 0 && rc == RMQ_OK && i-- > 0;) {
+        char *path = join_path(dir, names[i]);
+        if (!path) {
+            rc = -ENOMEM;
+            break;
+        }
+        struct stat st;
+        int sized = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+        free(path);
+        if (sized) {
+            newest = i;
+            break;
+        }
+    }
     int damaged = 0;
     for (size_t i = 0; i < n && rc == RMQ_OK; i++) {
         char *path = join_path(dir, names[i]);
@@ -475,9 +495,14 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
         }
         struct stat st;
         int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        int64_t end_ts;
         /* empty: created but never sized (open removes it, no entries lost) */
-        if (regular && st.st_size > 0 && !damaged && !index_file_sane(path, hash_slot_num, index_num))
-            damaged = 1;
+        if (regular && st.st_size > 0 && !damaged) {
+            if (!index_file_sane(path, hash_slot_num, index_num, &end_ts))
+                damaged = 1;
+            else if (distrust_after_ts >= 0 && (i == newest || end_ts > distrust_after_ts))
+                damaged = 1;
+        }
         if (regular && damaged) {
             if (unlink(path) != 0) rc = -errno;
             else (*dropped)++;
@@ -750,15 +775,19 @@ int64_t rmq_index_service_end_phy_offset(rmq_index_service_t *s) {
     return r;
 }
 
-int rmq_index_service_flush(rmq_index_service_t *s) {
+int rmq_index_service_flush(rmq_index_service_t *s, int64_t *durable_ts) {
     if (!s) return RMQ_EBAD_ARG;
     int rc = RMQ_OK;
     pthread_mutex_lock(&s->lock);
+    int64_t ts = -1;
+    for (int i = s->count - 1; i >= 0 && ts < 0; i--)
+        if (rmq_index_file_index_count(s->files[i]) > 1) ts = rmq_index_file_end_timestamp(s->files[i]);
     for (int i = 0; i < s->count; i++) {
         int r = rmq_index_file_flush(s->files[i]);
         if (r != RMQ_OK && rc == RMQ_OK) rc = r;
     }
     pthread_mutex_unlock(&s->lock);
+    if (rc == RMQ_OK && durable_ts) *durable_ts = ts;
     return rc;
 }
 
@@ -798,7 +827,7 @@ int rmq_index_service_truncate(rmq_index_service_t *s, int64_t phy_offset) {
 
 void rmq_index_service_close(rmq_index_service_t *s) {
     if (!s) return;
-    (void)rmq_index_service_flush(s);
+    (void)rmq_index_service_flush(s, NULL);
     pthread_mutex_destroy(&s->lock);
     free_service(s);
 }

@@ -72,10 +72,14 @@ int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index
 /* Recovery, before rmq_index_service_open: find the oldest IndexFile in dir
  * that is damaged (wrong size, or a header that cannot be: entry count out
  * of range, offsets decreasing) and delete it and every newer one,
- * so that the store indexes their records again from the CommitLog. *dropped
- * receives the number deleted. A missing dir is not an error. Blocking. */
+ * so that the store indexes their records again from the CommitLog.
+ * distrust_after_ts >= 0 (the machine went down with the store open, so
+ * what was not flushed may be lost or half written): the newest file, and
+ * any whose end_timestamp is past distrust_after_ts, count as damaged too.
+ * *dropped receives the number deleted. A missing dir is not an error.
+ * Blocking. */
 int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32_t index_num,
-                                   int *dropped);
+                                   int64_t distrust_after_ts, int *dropped);
 
 /* Index topic#key -> phy_offset; opens a new file when the last is full
  * (named by the current wall-clock time, bumped by 1 ms on a name clash). */
@@ -92,7 +96,10 @@ int rmq_index_service_query(rmq_index_service_t *s, const uint8_t *topic, size_t
 /* end_phy_offset of the newest file (-1 when there is none). */
 int64_t rmq_index_service_end_phy_offset(rmq_index_service_t *s);
 
-int rmq_index_service_flush(rmq_index_service_t *s);
+/* Flush every IndexFile; *durable_ts (may be NULL) receives the newest
+ * file's end_timestamp as it was before the flush: every entry up to it is
+ * durable once this returns RMQ_OK (-1 when there is no entry). */
+int rmq_index_service_flush(rmq_index_service_t *s, int64_t *durable_ts);
 
 /* Delete whole files whose end_phy_offset < min_phy_offset (never the newest).
  * Returns the number deleted, or a negative status. */

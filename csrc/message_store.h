@@ -58,6 +58,8 @@ typedef struct rmq_recovery_report {
     int32_t consume_queues_repaired; /* cut short or with units that disagreed with the
                                         CommitLog: cut there and rebuilt from it */
     int32_t index_files_dropped;     /* damaged IndexFiles deleted (rebuilt from the log) */
+    int32_t other_boot;              /* the abort marker was left by an earlier boot of
+                                        the machine: what was not flushed may be lost */
 } rmq_recovery_report_t;
 
 /* RocketMQ's GetMessageStatus. */
@@ -94,6 +96,7 @@ typedef struct rmq_store {
     int64_t last_dispatched_ts; /* store time of the last dispatched record */
     int dispatch_error;         /* status of the last dispatch after a put */
     int64_t index_dispatched;   /* atomic: CommitLog offset indexed up to */
+    int64_t index_flushed_ts;   /* end_timestamp of the IndexFiles at their last flush */
     pthread_mutex_t index_build_lock;
     pthread_mutex_t owner_lock; /* recursive: the owner calls, see above */
     int checkpoint_fd;
@@ -182,7 +185,9 @@ int rmq_store_find_key(rmq_store_t *s, const uint8_t *topic, int32_t topic_len,
 /* Flush the CommitLog (least_pages 0: all written). *where: durable offset. */
 int rmq_store_flush_commit_log(rmq_store_t *s, int least_pages, int64_t *where);
 
-/* Flush every ConsumeQueue and the index, then write the checkpoint. */
+/* Flush every ConsumeQueue with at least least_pages dirty pages, the
+ * IndexFiles when least_pages is 0 (the thorough pass), then write the
+ * checkpoint. */
 int rmq_store_flush_logics(rmq_store_t *s, int least_pages);
 
 /* Retention. Returns files deleted. */

@@ -19,7 +19,10 @@
  *   <root>/consumequeue/<topic>/<qid>/<20 d>  ConsumeQueue segments
  *   <root>/index/<yyyyMMddHHmmssSSS>          IndexFiles
  *   <root>/checkpoint                         StoreCheckpoint (section 5)
- *   <root>/abort                              present while a store is open
+ *   <root>/abort                              present while a store is open; holds the
+ *                                             machine's boot_id (Linux), so that recovery
+ *                                             tells a dead process from a machine that went
+ *                                             down (RocketMQ: an empty marker)
  *   <root>/lock                               flock()ed by the owning process
  */
 #ifndef RMQ_FORMAT_H
@@ -192,11 +195,14 @@
  *   off  size  field
  *     0     8  physic_msg_timestamp   store time of the last flushed record
  *     8     8  logics_msg_timestamp   store time of the last flushed CQ unit
- *    16     8  index_msg_timestamp    store time of the last flushed index entry
+ *    16     8  index_msg_timestamp    store time of the last flushed index entry: the
+ *                                     newest IndexFile's end_timestamp at the IndexFiles'
+ *                                     last flush (the thorough pass and close only)
  *    24     8  master_flushed_offset  0 (RocketMQ HA; unused)
  *    32     8  confirm_phy_offset     pyrmq: CommitLog offset known durable
  *    40     8  dispatched_offset      pyrmq: CommitLog offset below which every
- *                                     ConsumeQueue unit and index entry is durable
+ *                                     ConsumeQueue unit is durable (index entries:
+ *                                     index_msg_timestamp)
  *    48     4  magic                  pyrmq: RMQ_CHECKPOINT_MAGIC
  *    52     4  crc                    pyrmq: crc32 of bytes 0..51 & 0x7FFFFFFF
  * Fields 0..31 are RocketMQ's layout. Written with one pwrite + fdatasync of

@@ -225,6 +225,7 @@ cdef class MessageStoreCore:
             "damaged_ranges": rep.damaged_ranges, "bytes_damaged": rep.bytes_damaged,
             "consume_queues_repaired": rep.consume_queues_repaired,
             "index_files_dropped": rep.index_files_dropped,
+            "other_boot": bool(rep.other_boot),
         }
 
     def __dealloc__(self):
@@ -676,7 +677,9 @@ cdef class MessageStoreCore:
         return where
 
     def flush_logics(self, int least_pages=0) -> None:
-        """Flush ConsumeQueues and IndexFiles, then write the checkpoint."""
+        """Flush ConsumeQueues (least_pages: each only with at least that
+        many dirty pages), IndexFiles when least_pages is 0, then write the
+        checkpoint."""
         cdef int rc
         self._check()
         with nogil:

@@ -74,7 +74,7 @@ int rmq_index_service_query(rmq_index_service_t *s, const uint8_t *topic, size_t
                             const uint8_t *key, size_t key_len, int64_t begin_ts,
                             int64_t end_ts, int64_t *out, int max, int *n);
 int64_t rmq_index_service_end_phy_offset(rmq_index_service_t *s);
-int rmq_index_service_flush(rmq_index_service_t *s);
+int rmq_index_service_flush(rmq_index_service_t *s, int64_t *durable_ts);
 int rmq_index_service_delete_before(rmq_index_service_t *s, int64_t min_phy_offset);
 int rmq_index_service_truncate(rmq_index_service_t *s, int64_t phy_offset);
 void rmq_index_service_close(rmq_index_service_t *s);

@@ -130,7 +130,8 @@ class PeriodicFlushService:
     """Flush on a timer: every interval flush if at least least_pages are
     dirty, and everything once per thorough interval. Used for the CommitLog
     in ASYNC_FLUSH (FlushRealTimeService) and for ConsumeQueues, IndexFiles
-    and the checkpoint (FlushConsumeQueueService)."""
+    and the checkpoint (FlushConsumeQueueService; IndexFiles on the thorough
+    pass only, see rmq_store_flush_logics)."""
 
     def __init__(
         self,

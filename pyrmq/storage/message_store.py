@@ -81,8 +81,13 @@ def recovery_repairs(rec: dict[str, Any]) -> list[str]:
             "the CommitLog: rebuilt from it"
         )
     if rec["index_files_dropped"]:
+        why = (
+            "damaged or not flushed before the machine went down"
+            if rec["other_boot"]
+            else "damaged"
+        )
         out.append(
-            f"{rec['index_files_dropped']} damaged IndexFile(s) deleted: keys indexed again "
+            f"{rec['index_files_dropped']} IndexFile(s) {why} deleted: keys indexed again "
             "from the CommitLog"
         )
     return out

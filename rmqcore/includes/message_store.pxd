@@ -33,6 +33,7 @@ cdef extern from "message_store.h" nogil:
         int64_t bytes_damaged
         int32_t consume_queues_repaired
         int32_t index_files_dropped
+        int32_t other_boot
 
     enum:
         RMQ_GET_FOUND

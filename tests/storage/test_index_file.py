@@ -127,7 +127,7 @@ class Service:
         return check(lib.rmq_index_service_truncate(self.s, offset))
 
     def close(self):
-        check(lib.rmq_index_service_flush(self.s))
+        check(lib.rmq_index_service_flush(self.s, ffi.NULL))
         lib.rmq_index_service_close(self.s)
 
 

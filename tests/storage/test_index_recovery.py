@@ -82,3 +82,95 @@ def test_a_record_whose_keys_span_two_index_files_keeps_them_when_the_second_is_
                 assert core.look_message_by_offset(offs[0])["body"] == b"body %d" % i
     finally:
         core.close()
+
+
+# -- IndexFiles are flushed on the thorough pass only -------------------------------------
+
+SMALL_INDEX = {"commit_log_file_size": 1 << 20, "index_hash_slot_num": 16, "index_num": 1000}
+HEADER, SLOTS = 40, 16 * 4  # rmq_format.h section 4: the header, then the hash slots
+
+MIXED_CHILD = textwrap.dedent(
+    """
+    import os, shutil, signal, sys
+    import rmqcore
+    root, side = sys.argv[1], sys.argv[2]
+    core = rmqcore.MessageStoreCore(root, commit_log_file_size=1 << 20, index_hash_slot_num=16,
+                                    index_num=1000, index_async=False, warm_mapped_files=False)
+    def put(i):
+        props = rmqcore.encode_properties({"KEYS": f"k{i}", "UNIQ_KEY": f"U{i:031d}"})
+        core.put("MixT", i % 4, b"body %d" % i, props)
+    for i in range(200):
+        put(i)
+    core.flush_commit_log()
+    core.flush_logics()                       # the thorough pass: the IndexFile is durable
+    shutil.copytree(os.path.join(root, "index"), side)   # what the disk holds of it now
+    for i in range(200, 300):
+        put(i)
+    core.flush_commit_log()
+    core.flush_logics(2)                      # a pass of every second: ConsumeQueues only
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _crash_with_unflushed_index(tmp_path):
+    root, side = str(tmp_path / "store"), str(tmp_path / "flushed-index")
+    proc = subprocess.run(
+        [sys.executable, "-c", MIXED_CHILD, root, side], capture_output=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    [name] = os.listdir(side)
+    return root, os.path.join(root, "index", name), os.path.join(side, name)
+
+
+def _every_key_found(core, n=300):
+    for i in range(n):
+        offs = core.query_message_offsets("MixT", f"k{i}")
+        assert len(offs) == 1, (i, offs)
+        assert core.look_message_by_offset(offs[0])["body"] == b"body %d" % i
+
+
+def test_after_the_machine_went_down_an_index_file_not_flushed_is_built_again(tmp_path):
+    """The machine went down after the last thorough flush: its disk kept
+    some pages written since and lost others. Here the hash slots are the
+    new ones and the header and entries the flushed ones, so slots point at
+    entries that are zeros and old keys' chains are cut. The abort marker
+    names another boot: recovery drops the IndexFile and indexes every
+    record again."""
+    root, live, flushed = _crash_with_unflushed_index(tmp_path)
+    with open(flushed, "rb") as f:
+        old = f.read()
+    with open(live, "r+b") as f:
+        new = bytearray(f.read())
+        new[:HEADER] = old[:HEADER]
+        new[HEADER + SLOTS :] = old[HEADER + SLOTS :]
+        f.seek(0)
+        f.write(new)
+    with open(os.path.join(root, "abort"), "w") as f:
+        f.write("00000000-0000-0000-0000-000000000000")
+    core = rmqcore.MessageStoreCore(root, **SMALL_INDEX)
+    try:
+        rec = core.recovery
+        assert rec["abnormal"] and rec["other_boot"] and rec["index_files_dropped"] == 1, rec
+        _every_key_found(core)
+    finally:
+        core.close()
+
+
+def test_after_the_process_died_the_index_file_is_kept(tmp_path):
+    """Only the process died: the page cache kept every write, the abort
+    marker names this boot, and the IndexFile is used as it is."""
+    root, _, _ = _crash_with_unflushed_index(tmp_path)
+    core = rmqcore.MessageStoreCore(root, **SMALL_INDEX)
+    try:
+        rec = core.recovery
+        assert rec["abnormal"] and not rec["other_boot"] and rec["index_files_dropped"] == 0, rec
+        _every_key_found(core)
+    finally:
+        core.close()
+    # a clean close: the marker is gone and the next open trusts everything
+    core = rmqcore.MessageStoreCore(root, **SMALL_INDEX)
+    try:
+        assert not core.recovery["abnormal"] and not core.recovery["other_boot"]
+    finally:
+        core.close()
