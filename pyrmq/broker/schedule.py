@@ -62,7 +62,7 @@ class ScheduleMessageService:
     async def start(self) -> None:
         if not self.offsets:  # a promoted slave keeps what it synced
             self.load_offsets()
-        self.store.add_arrival_listener(self._arrived)
+        self.store.add_arrival_listener(self._arrived, SCHEDULE_TOPIC)
         for level in range(1, len(self.delays) + 1):
             self._tasks.append(
                 asyncio.create_task(self._level_loop(level), name=f"pyrmq:schedule:level-{level}")
@@ -104,7 +104,7 @@ class ScheduleMessageService:
         )
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
-        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._events):
+        if 0 <= queue_id < len(self._events):  # told of SCHEDULE_TOPIC only
             self._events[queue_id].set()
 
     async def _persist_loop(self) -> None:

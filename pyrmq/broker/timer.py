@@ -101,11 +101,11 @@ class TimerMessageService:
         if self.minute < 0:
             self.minute = int(self._clock() * 1000) // 60000
             self._save()
-        self.store.add_arrival_listener(self._arrived)
+        self.store.add_arrival_listener(self._arrived, TIMER_TOPIC)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="pyrmq:timer")
 
     async def shutdown(self) -> None:
-        self.store.remove_arrival_listener(self._arrived)
+        self.store.remove_arrival_listener(self._arrived, TIMER_TOPIC)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -120,8 +120,7 @@ class TimerMessageService:
         os.pwrite(self._checkpoint_fd, data, 0)
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
-        if topic == TIMER_TOPIC:
-            self._wake.set()
+        self._wake.set()  # told of TIMER_TOPIC only
 
     async def _run(self) -> None:
         while True:

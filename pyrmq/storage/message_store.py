@@ -130,6 +130,8 @@ class MessageStore:
         self._disk_full = False
         self._disk_checked_at = 0.0
         self._listeners: list[ArrivalListener] = []
+        #: listeners of one topic each (the schedule and timer services)
+        self._topic_listeners: dict[str, list[ArrivalListener]] = {}
         self._allocating = False
         # True while an index build is scheduled or running; always True when
         # the index is built inline (or not at all), so puts never schedule.
@@ -263,15 +265,22 @@ class MessageStore:
 
     # -- put -----------------------------------------------------------------
 
-    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+    def add_arrival_listener(self, listener: ArrivalListener, topic: str | None = None) -> None:
         """Call listener(topic, queue_id, max_offset) after each dispatched
-        put (long polling's NotifyMessageArrivingListener)."""
-        if listener not in self._listeners:
-            self._listeners.append(listener)
+        put (long polling's NotifyMessageArrivingListener); with topic, only
+        after puts to that topic."""
+        listeners = (
+            self._listeners if topic is None else self._topic_listeners.setdefault(topic, [])
+        )
+        if listener not in listeners:
+            listeners.append(listener)
 
-    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+    def remove_arrival_listener(self, listener: ArrivalListener, topic: str | None = None) -> None:
+        listeners = self._listeners if topic is None else self._topic_listeners.get(topic, [])
+        if listener in listeners:
+            listeners.remove(listener)
+        if topic is not None and not listeners:
+            self._topic_listeners.pop(topic, None)
 
     def put_message_nowait(
         self,
@@ -305,7 +314,7 @@ class MessageStore:
             reconsume_times=reconsume_times,
         )
         self._wake_after_put(r.needs_allocate)
-        if self._listeners:
+        if self._listeners or self._topic_listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
 
@@ -326,7 +335,7 @@ class MessageStore:
 
     @property
     def has_arrival_listeners(self) -> bool:
-        return bool(self._listeners)
+        return bool(self._listeners or self._topic_listeners)
 
     def appended(self, needs_allocate: bool, queues: list[tuple[str, int, int]]) -> None:
         """After puts made on writable_core() itself: what put_message_nowait
@@ -388,7 +397,7 @@ class MessageStore:
             born_host=born_host,
         )
         self._wake_after_put(r.needs_allocate)
-        if self._listeners:
+        if self._listeners or self._topic_listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
 
@@ -509,7 +518,8 @@ class MessageStore:
         await self._io.run("flush-commitlog", core.flush_commit_log, 0)
 
     def _notify(self, topic: str, queue_id: int, max_offset: int) -> None:
-        for listener in self._listeners:
+        only = self._topic_listeners.get(topic)
+        for listener in self._listeners if only is None else (*self._listeners, *only):
             try:
                 listener(topic, queue_id, max_offset)
             except Exception:

@@ -230,6 +230,21 @@ def test_arrival_listener_sees_new_max_offset(tmp_path, run):
     run(main())
 
 
+def test_a_topic_listener_hears_only_its_topic(tmp_path, run):
+    async def main():
+        every, only_u = [], []
+        async with MessageStore(small_config(str(tmp_path))) as store:
+            store.add_arrival_listener(lambda t, q, m: every.append(t))
+            store.add_arrival_listener(lambda t, q, m: only_u.append((t, q, m)), "U")
+            store.put_message_nowait("T", 0, b"a")
+            store.put_message_nowait("U", 2, b"b")
+            store.appended(False, [("T", 0, 1), ("U", 2, 1)])  # the C send path's notices
+        assert every == ["T", "U", "T", "U"]
+        assert only_u == [("U", 2, 1), ("U", 2, 1)]
+
+    run(main())
+
+
 def test_rolls_segments_and_prepares_the_next_one_ahead(tmp_path, run):
     async def main():
         async with MessageStore(small_config(str(tmp_path))) as store:

@@ -252,26 +252,15 @@ class SendFastPath:
         byte is durable, on a SYNC_MASTER once the slaves hold it; each told
         to the RPC metrics."""
         p = self._processor
-        n, v2 = chunk.handled, chunk.handled_v2
+        n = chunk.handled
         answers = chunk.answers
-        observe = self._server.rpc_observer
-        if observe is not None:
-            # each send is told the chunk's time per send, and in SYNC_FLUSH
-            # or on a SYNC_MASTER the wait before its answer as well
-            per_send_ns = (time.perf_counter_ns() - t0) // n
-            started = time.perf_counter_ns()
-
-            def tell(
-                wait_ns: int = 0, code: int = ResponseCode.SUCCESS, how: str = "success"
-            ) -> None:
-                us = (per_send_ns + wait_ns) // 1000
-                server = self._server
-                server.observe_many(RequestCode.SEND_MESSAGE, n - v2, code, how, us)
-                server.observe_many(RequestCode.SEND_MESSAGE_V2, v2, code, how, us)
-
+        observe = self._server.rpc_observer is not None
+        # each send is told the chunk's time per send, and in SYNC_FLUSH or
+        # on a SYNC_MASTER the wait before its answer as well
+        per_send_ns = (time.perf_counter_ns() - t0) // n if observe else 0
         if not answers:
-            if observe is not None:
-                tell(how="oneway")  # as handle() tells a oneway send answered
+            if observe:
+                self._tell(chunk, per_send_ns, how="oneway")  # as handle() tells a oneway send
             return
         flush = self._store.durable_future_at(chunk.end_offset, n) if p.sync_flush else None
         replica = None
@@ -288,9 +277,10 @@ class SendFastPath:
         waits = [f for f in (flush, replica) if f is not None and not settled_ok(f)]
         if not waits:
             conn.send_bytes(answers)
-            if observe is not None:
-                tell(code=code)
+            if observe:
+                self._tell(chunk, per_send_ns, code)
             return
+        started = time.perf_counter_ns()
         left = [len(waits)]
 
         def one_done(_: asyncio.Future[bool]) -> None:
@@ -303,11 +293,26 @@ class SendFastPath:
                 sent = _each(answers, change)
                 answered = FrameDecoder().feed(sent[: _first_frame_len(sent)])[0].code
             conn.send_bytes(sent)
-            if observe is not None:
-                tell(time.perf_counter_ns() - started, answered)
+            if observe:
+                self._tell(chunk, per_send_ns + time.perf_counter_ns() - started, answered)
 
         for w in waits:
             w.add_done_callback(one_done)
+
+    def _tell(
+        self,
+        chunk: rmqcore.SendChunk,
+        ns: int,
+        code: int = ResponseCode.SUCCESS,
+        how: str = "success",
+    ) -> None:
+        """The RPC metrics: each of the chunk's sends took ns."""
+        us, v2 = ns // 1000, chunk.handled_v2
+        server = self._server
+        if chunk.handled > v2:
+            server.observe_many(RequestCode.SEND_MESSAGE, chunk.handled - v2, code, how, us)
+        if v2:
+            server.observe_many(RequestCode.SEND_MESSAGE_V2, v2, code, how, us)
 
 
 def _each(answers: bytes, change: Callable[[RemotingCommand], RemotingCommand]) -> bytes:
