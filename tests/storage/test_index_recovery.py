@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import rmqcore
 
@@ -172,5 +173,41 @@ def test_after_the_process_died_the_index_file_is_kept(tmp_path):
     core = rmqcore.MessageStoreCore(root, **SMALL_INDEX)
     try:
         assert not core.recovery["abnormal"] and not core.recovery["other_boot"]
+    finally:
+        core.close()
+
+
+def _checkpoint_index_ts(root) -> int:
+    with open(os.path.join(root, "checkpoint"), "rb") as f:
+        return int.from_bytes(f.read(24)[16:24], "big")  # index_msg_timestamp
+
+
+def test_index_files_are_flushed_on_the_thorough_pass_only(tmp_path):
+    """flush_logics(least_pages > 0) is the pass of every second: ConsumeQueues
+    only. The checkpoint's index_msg_timestamp moves with the thorough pass
+    (least_pages 0), which flushes the IndexFiles."""
+    root = str(tmp_path / "store")
+    core = rmqcore.MessageStoreCore(root, **SMALL_INDEX)
+    try:
+
+        def put(i):
+            props = rmqcore.encode_properties({"KEYS": f"k{i}"})
+            return core.put("FlushT", 0, b"body", props)
+
+        put(0)
+        core.flush_logics()
+        first = _checkpoint_index_ts(root)
+        assert first > 0
+        stamp = first
+        for i in range(1, 200):  # until a record's store time differs (ms clock)
+            time.sleep(0.002)
+            stamp = core.look_message_by_offset(put(i).phys_offset)["store_timestamp"]
+            if stamp > first:
+                break
+        assert stamp > first
+        core.flush_logics(2)
+        assert _checkpoint_index_ts(root) == first
+        core.flush_logics()
+        assert _checkpoint_index_ts(root) == stamp
     finally:
         core.close()
