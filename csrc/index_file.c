@@ -417,9 +417,8 @@ static void free_service(rmq_index_service_t *s) {
 }
 
 /* 1 when the IndexFile at path has the size and a header an IndexFile made
- * with these parameters can have. */
-/* 1 when the file at path can be an IndexFile; *end_ts receives its
- * header's end_timestamp (-1 with no entry). */
+ * with these parameters can have; *end_ts receives its header's
+ * end_timestamp (-1 with no entry). */
 static int index_file_sane(const char *path, int32_t hash_slot_num, int32_t index_num,
                            int64_t *end_ts) {
     *end_ts = -1;

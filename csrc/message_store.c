@@ -972,8 +972,9 @@ static int write_abort_marker(const char *root) {
     char id[64];
     read_boot_id(id);
     size_t len = strlen(id);
-    int rc = RMQ_OK;
-    if (write(fd, id, len) != (ssize_t)len || fdatasync(fd) != 0) rc = errno ? -errno : -EIO;
+    ssize_t wrote = write(fd, id, len);
+    int rc = wrote < 0 ? -errno : (size_t)wrote != len ? -EIO : RMQ_OK;
+    if (rc == RMQ_OK && fdatasync(fd) != 0) rc = -errno;
     close(fd);
     return rc;
 }
