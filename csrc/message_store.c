@@ -783,23 +783,14 @@ static int sync_next_offsets(rmq_store_t *s) {
     return RMQ_OK;
 }
 
-static int recover(rmq_store_t *s, rmq_recovery_report_t *rep) {
+/* rep->checkpoint_valid, rep->abnormal and *cp come from rmq_store_open. */
+static int recover(rmq_store_t *s, rmq_recovery_report_t *rep, const rmq_checkpoint_t *cpp) {
     rmq_mfq_t *q = s->cl.mfq;
+    const rmq_checkpoint_t cp = *cpp;
     char *ckpath = join(s->root, "checkpoint");
-    char *abpath = join(s->root, "abort");
-    if (!ckpath || !abpath) {
-        free(ckpath);
-        free(abpath);
-        return -ENOMEM;
-    }
-    rmq_checkpoint_t cp;
-    int ckrc = rmq_checkpoint_load(ckpath, &cp);
-    rep->checkpoint_valid = ckrc == RMQ_OK;
-    struct stat st;
-    rep->abnormal = stat(abpath, &st) == 0;
+    if (!ckpath) return -ENOMEM;
     int rc = rmq_checkpoint_open(ckpath, &s->checkpoint_fd);
     free(ckpath);
-    free(abpath);
     if (rc != RMQ_OK) return rc;
     s->rep = rep;
     /* Below the checkpoint's confirmed offset the log was flushed before
@@ -943,21 +934,25 @@ static void read_boot_id(char out[64]) {
     out[strcspn(out, "\n")] = 0;
 }
 
-/* An abort marker left by an earlier boot (or one that does not say, as
- * pyrmq wrote it empty before): the machine went down with the store open,
- * and what was not flushed may be lost. 0 without a marker. */
-static int abort_from_other_boot(const char *root) {
+/* The abort marker as the last run left it: rep->abnormal when there is
+ * one (the store was not closed); rep->other_boot when it was left by an
+ * earlier boot, or does not say (pyrmq wrote it empty before): the machine
+ * went down with the store open, and what was not flushed may be lost. */
+static int judge_abort_marker(const char *root, rmq_recovery_report_t *rep) {
     char *abpath = join(root, "abort");
-    if (!abpath) return 1;
+    if (!abpath) return -ENOMEM;
     int fd = open(abpath, O_RDONLY | O_CLOEXEC);
     free(abpath);
-    if (fd < 0) return errno == ENOENT ? 0 : 1;
+    rep->abnormal = fd >= 0 || errno != ENOENT;
+    rep->other_boot = rep->abnormal;
+    if (fd < 0) return RMQ_OK;
     char was[64], now[64];
     ssize_t n = read(fd, was, sizeof(was) - 1);
     close(fd);
     was[n > 0 ? n : 0] = 0;
     read_boot_id(now);
-    return !now[0] || strcmp(was, now) != 0;
+    rep->other_boot = !now[0] || strcmp(was, now) != 0;
+    return RMQ_OK;
 }
 
 /* The abort marker, present while the store is open: it holds this boot's
@@ -1034,16 +1029,20 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
         s->cl.store_host_len = cfg->store_host_len;
         rc = load_consume_queues(s, &rep->consume_queues);
     }
-    rep->other_boot = abort_from_other_boot(s->root);
+    rmq_checkpoint_t cp;
+    memset(&cp, 0, sizeof(cp));
+    if (rc == RMQ_OK) {
+        char *ckpath = join(s->root, "checkpoint");
+        rep->checkpoint_valid = ckpath && rmq_checkpoint_load(ckpath, &cp) == RMQ_OK;
+        free(ckpath);
+        rc = judge_abort_marker(s->root, rep);
+    }
     if (rc == RMQ_OK && cfg->index_enable) {
         char *idir = join(s->root, "index");
-        char *ckpath = join(s->root, "checkpoint");
         /* after the machine went down: trust IndexFiles only as far as their
          * last flush (0: no checkpoint says how far, rebuild them all) */
-        rmq_checkpoint_t cp;
-        if (ckpath && rmq_checkpoint_load(ckpath, &cp) == RMQ_OK && cp.index_msg_timestamp > 0)
+        if (rep->checkpoint_valid && cp.index_msg_timestamp > 0)
             s->index_flushed_ts = cp.index_msg_timestamp; /* until the next flush says more */
-        free(ckpath);
         int64_t distrust = rep->other_boot ? s->index_flushed_ts : -1;
         int dropped = 0;
         rc = idir ? rmq_index_service_drop_damaged(idir, cfg->index_hash_slot_num, cfg->index_num,
@@ -1054,7 +1053,7 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
             rc = rmq_index_service_open(idir, cfg->index_hash_slot_num, cfg->index_num, &s->index);
         free(idir);
     }
-    if (rc == RMQ_OK) rc = recover(s, rep);
+    if (rc == RMQ_OK) rc = recover(s, rep, &cp);
     if (rc == RMQ_OK) rc = write_abort_marker(s->root);
     if (rc != RMQ_OK) {
         /* Leave the abort marker as it was: nothing was changed for a clean
