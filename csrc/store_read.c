@@ -3,8 +3,8 @@
 #endif
 /* The store's read path (RocketMQ DefaultMessageStore's getMessage,
  * getMin/MaxOffsetInQueue, getOffsetInQueueByTime, queryMessage): it reads
- * ConsumeQueues, the CommitLog and the IndexFiles; message_store.c writes,
- * dispatches and recovers them. */
+ * ConsumeQueues, the CommitLog and the IndexFiles; message_store.c writes and
+ * dispatches them, store_recovery.c recovers them. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
