@@ -16,9 +16,10 @@ Verbs:
   fail     {endpoint, topic, body?, props?} one send expected to fail
            -> {"error": text}
   simple   {endpoint, topic, group, want, seconds, invisible_s, expr?, sql?,
-           mode: ack|noack|change|change-noack, change_s?, batch?}
+           mode: ack|noack|change|change-noack, change_s?, batch?, distinct?}
            SimpleConsumer receives until `want` messages were seen (or
-           `seconds`); ack: acks each; noack: never acks; change: changes
+           `seconds`; distinct: `want` different bodies, however many
+           deliveries that took); ack: acks each; noack: never acks; change: changes
            each one's invisible time to change_s, then acks it (change-noack: not)
            -> {"recv": body, "id", "attempt", "topic", "tag", "t"} each,
            {"acked": id} / {"changed": id}, and {"error": text} on failures
@@ -189,9 +190,10 @@ def simple(a: dict) -> None:
     c.startup()
     out(ready=True)
     seen = 0
+    bodies: set[bytes] = set()
     deadline = time.time() + a["seconds"]
     try:
-        while seen < a["want"] and time.time() < deadline:
+        while (len(bodies) if a.get("distinct") else seen) < a["want"] and time.time() < deadline:
             try:
                 msgs = c.receive(a.get("batch", 16), a["invisible_s"])
             except Exception as e:
@@ -200,6 +202,7 @@ def simple(a: dict) -> None:
                 continue
             for m in msgs:
                 seen += 1
+                bodies.add(m.body)
                 _seen(m)
                 try:
                     if a["mode"] in ("change", "change-noack"):
