@@ -10,6 +10,7 @@ typedef struct {
     const char *p, *end, *start;
     const char *error;
     const char *error_p;
+    uint64_t seen; /* string bytes OR'ed together (and some after them) */
 } cur_t;
 
 static int fail(cur_t *c, const char *msg) {
@@ -48,7 +49,9 @@ static inline uint64_t string_stops(uint64_t w) {
 /* At an opening quote: scan the string, set span to its body. Plain bytes
  * are skipped eight at a time (the C++ client's header is ~300 bytes of
  * strings; byte by byte this was a tenth of the broker's instructions a
- * send). */
+ * send). Every byte of the string goes into c->seen, and so may up to 7
+ * bytes after it: they are the header's too, and a byte outside a string
+ * with its high bit set fails the parse anyway. */
 static int string_span(cur_t *c, rmq_json_span_t *s) {
     c->p++; /* the quote */
     const char *b = c->p;
@@ -57,6 +60,7 @@ static int string_span(cur_t *c, rmq_json_span_t *s) {
         if (c->end - c->p >= 8) {
             uint64_t w;
             memcpy(&w, c->p, 8);
+            c->seen |= w;
             uint64_t stops = string_stops(w);
             if (!stops) {
                 c->p += 8;
@@ -67,6 +71,7 @@ static int string_span(cur_t *c, rmq_json_span_t *s) {
 #endif
         }
         unsigned char ch = (unsigned char)*c->p;
+        c->seen |= ch;
         if (ch == '"') {
             s->p = b;
             s->n = (size_t)(c->p - b);
@@ -244,7 +249,7 @@ static int ext_fields(cur_t *c, rmq_json_header_t *out) {
 }
 
 int rmq_json_header_parse(const char *buf, size_t n, rmq_json_header_t *out) {
-    cur_t c = {buf, buf + n, buf, NULL, NULL};
+    cur_t c = {buf, buf + n, buf, NULL, NULL, 0};
     memset(out, 0, offsetof(rmq_json_header_t, keys));
     out->language.kind = 'z';
     out->remark.kind = 'z';
@@ -321,6 +326,7 @@ int rmq_json_header_parse(const char *buf, size_t n, rmq_json_header_t *out) {
         c.error = "the header has no code";
         goto bad;
     }
+    out->non_ascii = (c.seen & 0x8080808080808080ULL) != 0;
     return RMQ_OK;
 bad:
     out->error = c.error ? c.error : "malformed header";

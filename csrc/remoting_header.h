@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     int64_t code, opaque, flag, version;
     int has_code;
+    int non_ascii; /* a string holds a byte >= 0x80 (UTF-8 not checked) */
     rmq_json_span_t language, remark; /* kind 'z' when absent or null */
     size_t nfields;
     rmq_json_span_t keys[RMQ_HEADER_MAX_FIELDS];

@@ -15,6 +15,7 @@ cdef extern from "remoting_header.h" nogil:
     ctypedef struct rmq_json_header_t:
         int64_t code, opaque, flag, version
         int has_code
+        int non_ascii
         rmq_json_span_t language, remark
         size_t nfields
         rmq_json_span_t keys[RMQ_HEADER_MAX_FIELDS]

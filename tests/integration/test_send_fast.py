@@ -250,8 +250,9 @@ def test_c_path_matches_python_path(arun, tmp_path, threads):
 
 def test_what_the_c_path_serves(arun, tmp_path):
     """Plain V1 and V2 sends are served in C; batches, delayed, timed and
-    transactional sends, retry topics and a topic not served before are
-    the Python path's, and still answered right."""
+    transactional sends, retry topics, a topic not served before and a
+    header with non-ASCII text are the Python path's, and still answered
+    right."""
 
     async def main() -> None:
         async with serving(tmp_path) as p:
@@ -276,6 +277,10 @@ def test_what_the_c_path_serves(arun, tmp_path):
             assert await sent(plain) == (R.SUCCESS, 0)
             assert await sent(plain) == (R.SUCCESS, 1)
             assert await sent(v2(plain), RC.SEND_MESSAGE_V2) == (R.SUCCESS, 1)
+            # a header with a string of bytes >= 0x80 (raw UTF-8): the
+            # Python path's, which judges the UTF-8
+            assert await sent(send_fields(TOPIC, 1, props(TAGS="ü"))) == (R.SUCCESS, 0)
+            assert await sent({**plain, "é": "x"}) == (R.SUCCESS, 0)
             assert await sent(send_fields(TOPIC, 1, props(DELAY="2"))) == (R.SUCCESS, 0)
             assert await sent(send_fields(TOPIC, 1, props(TIMER_DELAY_SEC="5"))) == (R.SUCCESS, 0)
             assert await sent(send_fields(TOPIC, 1, props(TRAN_MSG="true", PGROUP="PG"))) == (
