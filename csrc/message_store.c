@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "commit_log_replica.h"
@@ -138,7 +139,9 @@ int rmq_store_dispatch_range(rmq_store_t *s, int64_t index_from, int validate, i
 }
 
 static int dispatch_owned(rmq_store_t *s, int64_t *n) {
-    return rmq_store_dispatch_range(s, 0, 0, !s->cfg.index_async, n);
+    int rc = rmq_store_dispatch_range(s, 0, 0, !s->cfg.index_async, n);
+    rmq_store_index_poke(s);
+    return rc;
 }
 
 int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n) {
@@ -508,6 +511,12 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
     s->checkpoint_fd = -1;
     s->lock_fd = -1;
     pthread_mutex_init(&s->index_build_lock, NULL);
+    pthread_mutex_init(&s->index_wake_lock, NULL);
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->index_wake, &cattr);
+    pthread_condattr_destroy(&cattr);
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -589,6 +598,7 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
 int rmq_store_close(rmq_store_t *s) {
     if (!s) return RMQ_OK;
     int rc = RMQ_OK;
+    rmq_store_index_thread_stop(s);
     if (s->cl.mfq && s->checkpoint_fd >= 0) {
         int64_t n = 1;
         while (rc == RMQ_OK && n > 0) rc = rmq_store_build_index(s, INT64_MAX, &n);
@@ -617,6 +627,8 @@ int rmq_store_close(rmq_store_t *s) {
     if (s->checkpoint_fd >= 0) close(s->checkpoint_fd);
     if (s->lock_fd >= 0) close(s->lock_fd);
     pthread_mutex_destroy(&s->index_build_lock);
+    pthread_mutex_destroy(&s->index_wake_lock);
+    pthread_cond_destroy(&s->index_wake);
     pthread_mutex_destroy(&s->owner_lock);
     free(s->root);
     free(s->cq_root);

@@ -98,6 +98,15 @@ typedef struct rmq_store {
     int64_t index_dispatched;   /* atomic: CommitLog offset indexed up to */
     int64_t index_flushed_ts;   /* end_timestamp of the IndexFiles at their last flush */
     pthread_mutex_t index_build_lock;
+    /* The index thread (index_thread.c), woken by the puts' dispatch. */
+    pthread_t index_thread;
+    pthread_mutex_t index_wake_lock;
+    pthread_cond_t index_wake;  /* on CLOCK_MONOTONIC */
+    int index_thread_running;   /* atomic: started, not stopped */
+    int index_wanted;           /* atomic: records dispatched since the thread last looked */
+    int index_stop;             /* under index_wake_lock */
+    int index_error;            /* atomic: status of the thread's last build */
+    int32_t index_window_ms;
     pthread_mutex_t owner_lock; /* recursive: the owner calls, see above */
     int checkpoint_fd;
     int lock_fd;
@@ -147,6 +156,20 @@ int rmq_store_dispatch(rmq_store_t *s, int64_t *n);
  * the index's only builder: it may run on any thread (one at a time, by its
  * own lock) while the owner appends. */
 int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n);
+
+/* The index thread (index_async; RocketMQ's CommitLogDispatcherBuildIndex
+ * off the put path): puts wake it, no more than once per window_ms (the
+ * first put after it looked); it then waits window_ms for more, and builds
+ * until nothing lags. A failed build is kept in index_error (see
+ * rmq_store_index_error) and tried again a second later. Start: after
+ * open, before the puts it should index; RMQ_EBAD_ARG without an async
+ * index or when it runs already. Stop: it finishes its build and ends
+ * (close stops it too). */
+int rmq_store_index_thread_start(rmq_store_t *s, int32_t window_ms);
+void rmq_store_index_thread_stop(rmq_store_t *s);
+
+/* Status of the index thread's last build (RMQ_OK, or why it failed). */
+int rmq_store_index_error(const rmq_store_t *s);
 
 /* RocketMQ getMessage: units of (topic, qid) from offset, at most max_msgs
  * messages and max_bytes bytes (the first message always fits), matching the

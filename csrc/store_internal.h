@@ -26,6 +26,12 @@ int rmq_store_snapshot_entries(rmq_store_t *s, rmq_tq_entry_t ***out, int64_t *t
 int rmq_store_dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int with_index,
                              int64_t *n);
 
+/* ---- index_thread.c ---- */
+
+/* Wake the index thread, if one runs and it was not woken already since it
+ * last looked (one relaxed load then). Called after every dispatch. */
+void rmq_store_index_poke(rmq_store_t *s);
+
 /* ---- store_recovery.c ---- */
 
 /* Recovery's check of a record it dispatches again against its queue.

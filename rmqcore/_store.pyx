@@ -636,6 +636,32 @@ cdef class MessageStoreCore:
         _raise_for(rc, "building the index")
         return n
 
+    def start_index_thread(self, int window_ms=20) -> None:
+        """Start the index thread (index_async): the puts' dispatch wakes it
+        from C, at most once per window_ms, and it builds what lags
+        (message_store.h). close() stops it."""
+        cdef int rc
+        self._check()
+        if window_ms < 0:
+            raise ValueError(f"window_ms must be >= 0, not {window_ms}")
+        rc = rmq_store_index_thread_start(self._s, window_ms)
+        if rc == RMQ_EBAD_ARG:
+            raise ValueError("the index thread needs index_async and runs once per store")
+        _raise_for(rc, "starting the index thread")
+
+    def stop_index_thread(self) -> None:
+        """Stop the index thread after its current build (none: nothing)."""
+        self._check()
+        with nogil:
+            rmq_store_index_thread_stop(self._s)
+
+    @property
+    def index_error(self) -> str | None:
+        """Why the index thread's last build failed (None: it did not)."""
+        self._check()
+        rc = rmq_store_index_error(self._s)
+        return None if rc == 0 else rmq_strerror(rc).decode()
+
     @property
     def index_lag(self) -> int:
         """CommitLog bytes dispatched but not yet indexed."""

@@ -62,8 +62,9 @@ class MessageStoreConfig:
     delete_commit_log_files_max: int = 10
     message_index_enable: bool = True
     #: pyrmq: build IndexFile entries on the store's index thread (as RocketMQ's
-    #: dispatcher thread does) instead of in every put; lookups wait for it to
-    #: catch up. Measured here: 2.8x batched and 1.2x single puts (128 B).
+    #: dispatcher thread does) instead of in every put; the puts wake it from C
+    #: (csrc/index_thread.c) and lookups wait for it to catch up. Measured
+    #: here: 2.8x batched and 1.2x single puts (128 B).
     message_index_async: bool = True
     max_hash_slot_num: int = rmqcore.DEFAULT_INDEX_HASH_SLOT_NUM
     max_index_num: int = rmqcore.DEFAULT_INDEX_NUM

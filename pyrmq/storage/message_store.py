@@ -34,6 +34,10 @@ ArrivalListener = Callable[[str, int, int], None]
 #: at most this often, so puts resume soon after space is freed (not only
 #: at the next retention pass)
 DISK_RECHECK_INTERVAL = 0.1
+#: ms the index thread lets puts gather before a build (one build for all
+#: of them: a 2 ms window cost 9% of the broker's loop under the C++ client
+#: when each build was a hop from the loop to a Python thread)
+INDEX_WINDOW_MS = 20
 
 
 class PutMessageStatus(enum.Enum):
@@ -133,9 +137,7 @@ class MessageStore:
         #: listeners of one topic each (the schedule and timer services)
         self._topic_listeners: dict[str, list[ArrivalListener]] = {}
         self._allocating = False
-        # True while an index build is scheduled or running; always True when
-        # the index is built inline (or not at all), so puts never schedule.
-        self._indexing = not (self.config.message_index_enable and self.config.message_index_async)
+        self._index_error: str | None = None  # the index thread's, as last logged
         self._redispatch_task: asyncio.Task[None] | None = None
         self._sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = self.config.sync_flush_timeout_ms / 1000
@@ -168,6 +170,8 @@ class MessageStore:
         )
         for repair in recovery_repairs(rec):
             log.warning("store %s recovery repaired: %s", cfg.store_path_root_dir, repair)
+        if cfg.message_index_enable and cfg.message_index_async:
+            self._core.start_index_thread(INDEX_WINDOW_MS)
         if self._sync:
             self._group_commit = GroupCommitService(self._core, self._io, self._sync_timeout)
         else:
@@ -313,17 +317,11 @@ class MessageStore:
             born_host=born_host,
             reconsume_times=reconsume_times,
         )
-        self._wake_after_put(r.needs_allocate)
+        if r.needs_allocate:
+            self._schedule_allocate()
         if self._listeners or self._topic_listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
-
-    def _wake_after_put(self, needs_allocate: bool) -> None:
-        """The allocation and index threads' turn after puts."""
-        if needs_allocate:
-            self._schedule_allocate()
-        if not self._indexing:
-            self._schedule_index()
 
     def writable_core(self) -> rmqcore.MessageStoreCore | None:
         """The core while puts may go to it directly (started, disk not
@@ -339,9 +337,11 @@ class MessageStore:
 
     def appended(self, needs_allocate: bool, queues: list[tuple[str, int, int]]) -> None:
         """After puts made on writable_core() itself: what put_message_nowait
-        does after its put (allocation and index wake-ups; the listeners
-        told each (topic, queue id, max offset))."""
-        self._wake_after_put(needs_allocate)
+        does after its put (the allocation's wake-up; the listeners told
+        each (topic, queue id, max offset)). The puts woke the index thread
+        themselves."""
+        if needs_allocate:
+            self._schedule_allocate()
         for topic, queue_id, max_offset in queues:
             self._notify(topic, queue_id, max_offset)
 
@@ -396,7 +396,8 @@ class MessageStore:
             born_timestamp=born_timestamp,
             born_host=born_host,
         )
-        self._wake_after_put(r.needs_allocate)
+        if r.needs_allocate:
+            self._schedule_allocate()
         if self._listeners or self._topic_listeners:
             self._notify(topic, queue_id, r.queue_offset + r.count)
         return r
@@ -413,14 +414,11 @@ class MessageStore:
         accepted, needs_allocate = core.append_replica(offset, data)
         if needs_allocate:
             self._schedule_allocate()
-        if accepted:
-            if not self._indexing:
-                self._schedule_index()
-            if self._group_commit is not None:
-                # SYNC_FLUSH: the copy is flushed as soon as it lands, as the
-                # master's puts are (a group commit of its own)
-                end = offset + accepted
-                self._group_commit.wait_flushed(end).add_done_callback(_flush_logged)
+        if accepted and self._group_commit is not None:
+            # SYNC_FLUSH: the copy is flushed as soon as it lands, as the
+            # master's puts are (a group commit of its own)
+            end = offset + accepted
+            self._group_commit.wait_flushed(end).add_done_callback(_flush_logged)
         return int(accepted)
 
     def truncate(self, offset: int) -> None:
@@ -528,11 +526,15 @@ class MessageStore:
     async def _redispatch_loop(self) -> None:
         """ReputMessageService's safety net: when building ConsumeQueue or
         index entries failed after a put (the record itself is stored), retry
-        once a second until it succeeds and tell long-polling listeners."""
+        once a second until it succeeds and tell long-polling listeners. The
+        index thread retries by itself; its failures are logged here."""
         while True:
             await asyncio.sleep(1.0)
             core = self._core
-            if core is None or core.dispatched_offset >= core.commit_log_max_offset:
+            if core is None:
+                continue
+            self._log_index_error(core.index_error)
+            if core.dispatched_offset >= core.commit_log_max_offset:
                 continue
             try:
                 n = core.dispatch()
@@ -542,33 +544,14 @@ class MessageStore:
             except Exception as e:
                 log.warning("dispatch still failing: %s", e)
 
-    def _schedule_index(self) -> None:
-        """Build IndexFile entries for new records on the index thread
-        (RocketMQ's dispatcher builds the index off the put path too)."""
-        if self._io is None or self._core is None:
+    def _log_index_error(self, error: str | None) -> None:
+        if error == self._index_error:
             return
-        self._indexing = True
-        # One build for every put in the next 20 ms, not a thread hop per put
-        # (a 2 ms window cost 9% of the broker's loop under the C++ client);
-        # lookups wait for the index to catch up, so nothing is missed.
-        asyncio.get_running_loop().call_later(0.02, self._run_index)
-
-    def _run_index(self) -> None:
-        if self._io is None or self._core is None:
-            self._indexing = False
-            return
-
-        def done(f: asyncio.Future[int]) -> None:
-            self._indexing = False
-            if f.cancelled():
-                return
-            if f.exception() is not None:
-                log.error("building the index failed: %s", f.exception())
-                return
-            if self._core is not None and self._core.index_lag > 0:
-                self._schedule_index()
-
-        self._io.run("index", self._core.build_index, 65536).add_done_callback(done)
+        if error is None:
+            log.info("building the index works again")
+        else:
+            log.error("building the index failed (tried again each second): %s", error)
+        self._index_error = error
 
     def _schedule_allocate(self) -> None:
         """Create the next CommitLog segment and fault in pages ahead of the

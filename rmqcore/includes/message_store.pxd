@@ -69,6 +69,9 @@ cdef extern from "message_store.h" nogil:
     int rmq_store_truncate(rmq_store_t *s, int64_t offset)
     int rmq_store_dispatch(rmq_store_t *s, int64_t *n)
     int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n)
+    int rmq_store_index_thread_start(rmq_store_t *s, int32_t window_ms)
+    void rmq_store_index_thread_stop(rmq_store_t *s)
+    int rmq_store_index_error(const rmq_store_t *s)
     int rmq_store_get(rmq_store_t *s, const uint8_t *topic, int32_t topic_len, int32_t qid,
                       int64_t offset, int32_t max_msgs, int64_t max_bytes, const int32_t *tags,
                       int32_t ntags, int64_t max_phys, rmq_cq_unit_t *out,

@@ -1,0 +1,111 @@
+/* The index thread: IndexFile entries built off the put path (RocketMQ's
+ * CommitLogDispatcherBuildIndex, which its ReputMessageService runs beside
+ * the ConsumeQueue's), woken from C by the puts' dispatch, so a put costs
+ * no Python call and no thread hop for the index (message_store.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <time.h>
+
+#include "rmq_errors.h"
+#include "store_internal.h"
+
+/* A failed build is tried again after this long, woken or not. */
+#define RETRY_MS 1000
+
+static struct timespec after_ms(int32_t ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* Under index_wake_lock: wait until woken for new records, asked to stop,
+ * or (after a failed build) RETRY_MS passed. */
+static void wait_for_work(rmq_store_t *s, int failed) {
+    struct timespec retry = after_ms(RETRY_MS);
+    while (!s->index_stop && !__atomic_load_n(&s->index_wanted, __ATOMIC_ACQUIRE)) {
+        if (!failed) {
+            pthread_cond_wait(&s->index_wake, &s->index_wake_lock);
+        } else if (pthread_cond_timedwait(&s->index_wake, &s->index_wake_lock, &retry) ==
+                   ETIMEDOUT) {
+            return;
+        }
+    }
+}
+
+/* Under index_wake_lock: let the puts of the next window_ms gather (one
+ * build for all of them), unless asked to stop. */
+static void gather(rmq_store_t *s) {
+    struct timespec end = after_ms(s->index_window_ms);
+    while (!s->index_stop &&
+           pthread_cond_timedwait(&s->index_wake, &s->index_wake_lock, &end) != ETIMEDOUT) {
+    }
+}
+
+static void *index_thread_main(void *arg) {
+    rmq_store_t *s = arg;
+    int failed = 0;
+    pthread_mutex_lock(&s->index_wake_lock);
+    while (!s->index_stop) {
+        wait_for_work(s, failed);
+        if (s->index_stop) break;
+        gather(s);
+        if (s->index_stop) break; /* close builds what is left */
+        /* what is dispatched from here on wakes the next round */
+        __atomic_store_n(&s->index_wanted, 0, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&s->index_wake_lock);
+        int64_t n = 1;
+        int rc = RMQ_OK;
+        while (rc == RMQ_OK && n > 0) rc = rmq_store_build_index(s, 65536, &n);
+        __atomic_store_n(&s->index_error, rc, __ATOMIC_RELAXED);
+        failed = rc != RMQ_OK;
+        pthread_mutex_lock(&s->index_wake_lock);
+    }
+    pthread_mutex_unlock(&s->index_wake_lock);
+    return NULL;
+}
+
+int rmq_store_index_thread_start(rmq_store_t *s, int32_t window_ms) {
+    if (!s->index || !s->cfg.index_async || window_ms < 0 ||
+        __atomic_load_n(&s->index_thread_running, __ATOMIC_ACQUIRE))
+        return RMQ_EBAD_ARG;
+    s->index_window_ms = window_ms;
+    s->index_stop = 0;
+    /* records put before the start are indexed by its first round */
+    __atomic_store_n(&s->index_wanted, 1, __ATOMIC_RELEASE);
+    int rc = pthread_create(&s->index_thread, NULL, index_thread_main, s);
+    if (rc != 0) return -rc;
+    __atomic_store_n(&s->index_thread_running, 1, __ATOMIC_RELEASE);
+    return RMQ_OK;
+}
+
+void rmq_store_index_thread_stop(rmq_store_t *s) {
+    if (!__atomic_load_n(&s->index_thread_running, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&s->index_wake_lock);
+    s->index_stop = 1;
+    pthread_cond_signal(&s->index_wake);
+    pthread_mutex_unlock(&s->index_wake_lock);
+    pthread_join(s->index_thread, NULL);
+    __atomic_store_n(&s->index_thread_running, 0, __ATOMIC_RELEASE);
+}
+
+void rmq_store_index_poke(rmq_store_t *s) {
+    if (!__atomic_load_n(&s->index_thread_running, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&s->index_wanted, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&s->index_wake_lock);
+    __atomic_store_n(&s->index_wanted, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&s->index_wake);
+    pthread_mutex_unlock(&s->index_wake_lock);
+}
+
+int rmq_store_index_error(const rmq_store_t *s) {
+    return __atomic_load_n(&s->index_error, __ATOMIC_RELAXED);
+}
