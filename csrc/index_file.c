@@ -19,6 +19,7 @@
 
 #include "endian.h"
 #include "java_hash.h"
+#include "paths.h"
 #include "rmq_errors.h"
 #include "rmq_format.h"
 
@@ -364,39 +365,6 @@ static const char *base_name(const rmq_index_file_t *f) {
     return p ? p + 1 : f->mf->path;
 }
 
-static char *join_path(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
-/* mkdir -p. */
-static int make_dirs(const char *dir) {
-    char *p = strdup(dir);
-    if (!p) return -ENOMEM;
-    int rc = RMQ_OK;
-    size_t len = strlen(p);
-    for (size_t i = 1; i <= len; i++) {
-        if (p[i] != '/' && p[i] != '\0') continue;
-        char c = p[i];
-        p[i] = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            rc = -errno;
-            break;
-        }
-        p[i] = c;
-    }
-    free(p);
-    if (rc != RMQ_OK) return rc;
-    struct stat st;
-    if (stat(dir, &st) != 0) return -errno;
-    return S_ISDIR(st.st_mode) ? RMQ_OK : -ENOTDIR;
-}
-
 static int push_file(rmq_index_service_t *s, rmq_index_file_t *f) {
     if (s->count == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
@@ -472,7 +440,7 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
     if (rc == RMQ_OK && n > 1) qsort(names, n, sizeof(*names), cmp_names);
     size_t newest = n; /* the newest file with a size, when distrusting */
     for (size_t i = n; distrust_after_ts >= 0 && rc == RMQ_OK && i-- > 0;) {
-        char *path = join_path(dir, names[i]);
+        char *path = rmq_path_join(dir, names[i]);
         if (!path) {
             rc = -ENOMEM;
             break;
@@ -487,7 +455,7 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
     }
     int damaged = 0;
     for (size_t i = 0; i < n && rc == RMQ_OK; i++) {
-        char *path = join_path(dir, names[i]);
+        char *path = rmq_path_join(dir, names[i]);
         if (!path) {
             rc = -ENOMEM;
             break;
@@ -518,7 +486,7 @@ int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index
     if (!out) return RMQ_EBAD_ARG;
     *out = NULL;
     if (!dir || !*dir || hash_slot_num <= 0 || index_num <= 1) return RMQ_EBAD_ARG;
-    int rc = make_dirs(dir);
+    int rc = rmq_mkdirs(dir);
     if (rc != RMQ_OK) return rc;
 
     rmq_index_service_t *s = calloc(1, sizeof(*s));
@@ -564,7 +532,7 @@ int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index
     if (rc == RMQ_OK && n_names > 1) qsort(names, n_names, sizeof(*names), cmp_names);
 
     for (size_t i = 0; i < n_names && rc == RMQ_OK; i++) {
-        char *path = join_path(dir, names[i]);
+        char *path = rmq_path_join(dir, names[i]);
         if (!path) {
             rc = -ENOMEM;
             break;
@@ -686,7 +654,7 @@ static int roll_file(rmq_index_service_t *s, rmq_index_file_t **out) {
         }
     }
     for (int tries = 0; tries < 100000; tries++) {
-        char *path = join_path(s->dir, name);
+        char *path = rmq_path_join(s->dir, name);
         if (!path) return -ENOMEM;
         struct stat st;
         if (lstat(path, &st) == 0) {

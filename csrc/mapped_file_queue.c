@@ -15,26 +15,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "paths.h"
 #include "rmq_errors.h"
 #include "rmq_format.h"
-
-static int mkdirs(const char *dir) {
-    char tmp[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof(tmp)) return RMQ_EBAD_ARG;
-    memcpy(tmp, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] == '/' || tmp[i] == '\0') {
-            char c = tmp[i];
-            tmp[i] = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -errno;
-            tmp[i] = c;
-        }
-    }
-    return RMQ_OK;
-}
-
-int rmq_mkdirs(const char *dir) { return mkdirs(dir); }
 
 static int segment_path(const rmq_mfq_t *q, int64_t start, char *buf, size_t len) {
     int n = snprintf(buf, len, "%s/%020" PRId64, q->dir, start);
@@ -81,7 +64,7 @@ int rmq_mfq_open(const char *dir, int64_t file_size, int warm, rmq_mfq_t **out) 
     *out = NULL;
     if (file_size <= 0 || (file_size % RMQ_CQ_STORE_UNIT_SIZE != 0 && file_size % 8 != 0))
         return RMQ_EBAD_ARG;
-    int rc = mkdirs(dir);
+    int rc = rmq_mkdirs(dir);
     if (rc != RMQ_OK) return rc;
     rmq_mfq_t *q = calloc(1, sizeof(*q));
     if (!q) return -ENOMEM;

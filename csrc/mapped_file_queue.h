@@ -104,9 +104,6 @@ int rmq_mfq_delete_before(rmq_mfq_t *q, int64_t offset);
 /* Delete every file and leave the queue empty (topic deletion). */
 int rmq_mfq_destroy_all(rmq_mfq_t *q);
 
-/* mkdir -p. */
-int rmq_mkdirs(const char *dir);
-
 /* Unmap everything (no unlink) and free the queue. */
 void rmq_mfq_close(rmq_mfq_t *q);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "commit_log_replica.h"
+#include "paths.h"
 #include "store_internal.h"
 #include "java_hash.h"
 #include "rmq_errors.h"
@@ -403,13 +404,6 @@ static int delete_topic_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen
 }
 
 /* ---- open / close (recovery: store_recovery.c) ------------------------- */
-
-char *rmq_path_join(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = malloc(n);
-    if (p) snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
 
 static int is_known_entry(const char *name) {
     /* timerwheel: the broker's timer (pyrmq/broker/timer.py) */

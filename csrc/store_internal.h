@@ -13,9 +13,6 @@
 int rmq_store_unit_names_record(rmq_store_t *s, const rmq_cq_unit_t *u, int64_t qoff, int32_t qid,
                                 rmq_mapped_file_t **pin);
 
-/* "a/b", malloc'ed (NULL: out of memory). */
-char *rmq_path_join(const char *a, const char *b);
-
 /* Every (topic, queue) entry, copied under the table lock; free *out. */
 int rmq_store_snapshot_entries(rmq_store_t *s, rmq_tq_entry_t ***out, int64_t *total);
 

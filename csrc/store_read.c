@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "endian.h"
 #include "message_store.h"
 #include "rmq_errors.h"
 #include "rmq_format.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "endian.h"
+#include "paths.h"
 #include "rmq_errors.h"
 #include "rmq_format.h"
 #include "store_internal.h"

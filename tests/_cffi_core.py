@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 MODULE = "_rmq_cffi_test"
-MINIMAL_SOURCES = ("index_file.c", "mapped_file.c", "crc32.c", "rmq_errors.c")
+MINIMAL_SOURCES = ("index_file.c", "mapped_file.c", "paths.c", "crc32.c",
+                   "rmq_errors.c")
 
 PREAMBLE = """
 #include "index_file.h"
