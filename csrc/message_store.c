@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "commit_log_replica.h"
@@ -505,12 +504,7 @@ int rmq_store_open(const rmq_store_config_t *cfg, rmq_store_t **out, rmq_recover
     s->checkpoint_fd = -1;
     s->lock_fd = -1;
     pthread_mutex_init(&s->index_build_lock, NULL);
-    pthread_mutex_init(&s->index_wake_lock, NULL);
-    pthread_condattr_t cattr;
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->index_wake, &cattr);
-    pthread_condattr_destroy(&cattr);
+    rmq_index_thread_init(&s->index_thread);
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -621,8 +615,7 @@ int rmq_store_close(rmq_store_t *s) {
     if (s->checkpoint_fd >= 0) close(s->checkpoint_fd);
     if (s->lock_fd >= 0) close(s->lock_fd);
     pthread_mutex_destroy(&s->index_build_lock);
-    pthread_mutex_destroy(&s->index_wake_lock);
-    pthread_cond_destroy(&s->index_wake);
+    rmq_index_thread_destroy(&s->index_thread);
     pthread_mutex_destroy(&s->owner_lock);
     free(s->root);
     free(s->cq_root);

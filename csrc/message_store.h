@@ -84,6 +84,18 @@ typedef struct rmq_get_result {
     int64_t total_bytes;
 } rmq_get_result_t;
 
+/* The index thread (index_thread.c), woken by the puts' dispatch. */
+typedef struct rmq_index_thread {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+    int running;         /* atomic: started, not stopped */
+    int wanted;          /* atomic: records dispatched since the thread last looked */
+    int stop;            /* under lock */
+    int error;           /* atomic: status of the thread's last build */
+    int32_t window_ms;
+} rmq_index_thread_t;
+
 typedef struct rmq_store {
     char *root;
     char *cq_root;
@@ -98,15 +110,7 @@ typedef struct rmq_store {
     int64_t index_dispatched;   /* atomic: CommitLog offset indexed up to */
     int64_t index_flushed_ts;   /* end_timestamp of the IndexFiles at their last flush */
     pthread_mutex_t index_build_lock;
-    /* The index thread (index_thread.c), woken by the puts' dispatch. */
-    pthread_t index_thread;
-    pthread_mutex_t index_wake_lock;
-    pthread_cond_t index_wake;  /* on CLOCK_MONOTONIC */
-    int index_thread_running;   /* atomic: started, not stopped */
-    int index_wanted;           /* atomic: records dispatched since the thread last looked */
-    int index_stop;             /* under index_wake_lock */
-    int index_error;            /* atomic: status of the thread's last build */
-    int32_t index_window_ms;
+    rmq_index_thread_t index_thread;
     pthread_mutex_t owner_lock; /* recursive: the owner calls, see above */
     int checkpoint_fd;
     int lock_fd;

@@ -25,6 +25,11 @@ int rmq_store_dispatch_range(rmq_store_t *s, int64_t index_from, int validate, i
 
 /* ---- index_thread.c ---- */
 
+/* Its lock and condition variable, made at open and freed at close (after
+ * rmq_store_index_thread_stop). */
+void rmq_index_thread_init(rmq_index_thread_t *t);
+void rmq_index_thread_destroy(rmq_index_thread_t *t);
+
 /* Wake the index thread, if one runs and it was not woken already since it
  * last looked (one relaxed load then). Called after every dispatch. */
 void rmq_store_index_poke(rmq_store_t *s);
