@@ -26,10 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 MODULE = "_rmq_cffi_test"
-MINIMAL_SOURCES = ("index_file.c", "mapped_file.c", "paths.c", "crc32.c",
+MINIMAL_SOURCES = ("index_file.c", "mapped_file.c", "paths.c", "checkpoint.c", "crc32.c",
                    "rmq_errors.c")
 
 PREAMBLE = """
+#include "checkpoint.h"
 #include "index_file.h"
 #include "java_hash.h"
 #include "crc32.h"
@@ -83,6 +84,12 @@ void rmq_index_service_close(rmq_index_service_t *s);
 int32_t rmq_test_java_string_hash(const uint8_t *s, size_t len);
 uint32_t rmq_crc32(const void *buf, size_t len);
 const char *rmq_strerror(int rc);
+typedef struct rmq_checkpoint {
+    int64_t index_msg_timestamp;  /* the rest of its layout: from checkpoint.h */
+    ...;
+} rmq_checkpoint_t;
+int rmq_checkpoint_load(const char *path, rmq_checkpoint_t *cp);
+
 int64_t rmq_mapped_file_live_count(void);
 int rmq_mapped_file_create_filled(const char *path, int64_t file_size, int64_t fill, int *made);
 """

@@ -12,7 +12,10 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import rmqcore
+from tests._cffi_core import load as load_cffi_core
 
 CHILD = textwrap.dedent(
     """
@@ -178,8 +181,12 @@ def test_after_the_process_died_the_index_file_is_kept(tmp_path):
 
 
 def _checkpoint_index_ts(root) -> int:
-    with open(os.path.join(root, "checkpoint"), "rb") as f:
-        return int.from_bytes(f.read(24)[16:24], "big")  # index_msg_timestamp
+    """index_msg_timestamp, as the store's own reader loads it."""
+    pytest.importorskip("cffi")
+    ffi, lib = load_cffi_core()
+    cp = ffi.new("rmq_checkpoint_t *")
+    assert lib.rmq_checkpoint_load(os.path.join(root, "checkpoint").encode(), cp) == lib.RMQ_OK
+    return int(cp.index_msg_timestamp)
 
 
 def test_index_files_are_flushed_on_the_thorough_pass_only(tmp_path):
