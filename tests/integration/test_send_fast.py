@@ -25,7 +25,7 @@ from pyrmq.remoting.command import FrameDecoder, RemotingCommand
 from pyrmq.storage.config import FlushDiskType
 from pyrmq.testing import LocalCluster
 
-from .helpers import create_topic, props, send_fields, v2
+from .helpers import create_topic, props, pull, send_fields, v2, wait_for
 
 TOPIC = "FastT"
 
@@ -393,5 +393,71 @@ def test_rpc_metrics_count_sends_served_in_c(arun, tmp_path):
             counts = {labels: slots[0] for labels, slots in c.broker.metrics.rpc.snapshot()}
             assert counts[("10", "0", "success")] == 50
             assert counts[("310", "0", "success")] == 50
+
+    arun(main(), timeout=60)
+
+
+def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
+    """A pull held on a queue is answered inside the read callback whose
+    send, served in C, woke it (SendFastPath.after_answers, the pull
+    processor's wake_held), right after that send's answer: not at the
+    event loop's next iteration."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"))
+        await c.start()
+        consumer = RemotingClient(name="consumer")
+        p = Peer(c)
+        try:
+            fast = c.broker.server.fast_path
+            assert fast is not None
+            holds = c.broker.pull_processor
+            # what each split left: (sends served in C so far, pulls still held)
+            after_split: list[tuple[int, int]] = []
+            split = fast.split
+
+            def watched(conn: Any, buf: Any, max_frame: int) -> Any:
+                out = split(conn, buf, max_frame)
+                after_split.append((fast.served, holds.held_count))
+                return out
+
+            fast.split = watched  # type: ignore[method-assign]  # before p's connection
+            await p.connect(topic_queues=1)
+            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
+            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
+            assert a is not None and a.code == R.SUCCESS, a  # the Python path: it teaches the topic
+            held = asyncio.ensure_future(
+                pull(
+                    consumer,
+                    c.broker_addr,
+                    TOPIC,
+                    0,
+                    1,
+                    sysflag=2 | 4,
+                    suspend_ms=10_000,
+                    timeout=15,
+                )
+            )
+
+            async def is_held() -> bool:
+                return holds.held_count == 1 or held.done()
+
+            assert await wait_for(is_held, 10), "the pull was not held"
+            assert not held.done(), held.result()
+            second = send_fields(TOPIC, 0, props(UNIQ_KEY="second"))
+            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, second, b"m1").encode(), False)
+            assert a is not None and a.code == R.SUCCESS, a
+            assert fast.served == 1, "the second send was not served in C"
+            r = await asyncio.wait_for(held, 10)
+            assert r.code == R.SUCCESS, r
+            (m,) = rmqcore.decode_records(r.body)
+            assert (m["body"], m["queue_offset"]) == (b"m1", 1)
+            # the split that served the send in C left no pull held
+            assert (1, 0) in after_split, after_split
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await consumer.shutdown()
+            await c.shutdown()
 
     arun(main(), timeout=60)

@@ -94,6 +94,10 @@ class SendFastPath:
         self.served = 0
         #: of which on the C send threads
         self.served_on_lanes = 0
+        #: called after a chunk's answers when its puts touched a queue
+        #: (the broker's PullMessageProcessor.wake_held: the pulls they
+        #: woke are answered in the same loop iteration)
+        self.after_answers: Callable[[], None] | None = None
 
     def learn(self, topic: str, queue_nums: int) -> None:
         """The Python path found topic fit for a plain send."""
@@ -229,6 +233,11 @@ class SendFastPath:
             # the sends are stored: they are answered all the same
             log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
         self._answer(conn, chunk, t0)
+        if chunk.touched and self.after_answers is not None:
+            try:
+                self.after_answers()
+            except Exception:
+                log.exception("waking the pulls after %d sends served in C failed", chunk.handled)
 
     def _book(self, chunk: rmqcore.SendChunk) -> None:
         """The store's wake-ups and arrival notices, the topic statistics and
