@@ -219,6 +219,64 @@ class MQClientAPI:
 
     # -- broker: pull ----------------------------------------------------------------
 
+    @staticmethod
+    def pull_command(
+        mq: MessageQueue,
+        *,
+        consumer_group: str,
+        queue_offset: int,
+        max_msg_nums: int,
+        sys_flag: int,
+        commit_offset: int,
+        suspend_timeout_ms: int,
+        subscription: str,
+        sub_version: int,
+        expression_type: str = "TAG",
+    ) -> RemotingCommand:
+        """PULL_MESSAGE's request."""
+        ext = {
+            "consumerGroup": consumer_group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(queue_offset),
+            "maxMsgNums": str(max_msg_nums),
+            "sysFlag": str(sys_flag),
+            "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": str(suspend_timeout_ms),
+            "subscription": subscription,
+            "subVersion": str(sub_version),
+            "expressionType": expression_type,
+        }
+        return RemotingCommand(RequestCode.PULL_MESSAGE, ext)
+
+    @staticmethod
+    def pull_result(
+        resp: RemotingCommand, addr: str, broker_name: str, raw: bool = False
+    ) -> PullResult:
+        """The PullResult of a PULL_MESSAGE's response, its messages decoded
+        as from broker_name (left in PullResult.body with raw); raises for
+        refusals."""
+        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise _raise(resp, addr)
+        f = resp.ext_fields
+        try:
+            result = PullResult(
+                status,
+                int(f["nextBeginOffset"]),
+                int(f.get("minOffset", 0)),
+                int(f.get("maxOffset", 0)),
+                suggest_which_broker_id=int(f.get("suggestWhichBrokerId", 0)),
+            )
+        except (KeyError, ValueError):
+            raise RemotingError(f"broker {addr} sent a malformed pull response: {f}") from None
+        if status is PullStatus.FOUND and resp.body:
+            if raw:
+                result.body = resp.body
+            else:
+                result.msg_found_list = decode_messages(resp.body, broker_name)
+        return result
+
     async def pull_message(
         self,
         addr: str,
@@ -239,42 +297,20 @@ class MQClientAPI:
     ) -> PullResult:
         """PULL_MESSAGE. With raw, the found records are left undecoded in
         PullResult.body (msg_found_list stays empty)."""
-        ext = {
-            "consumerGroup": consumer_group,
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "queueOffset": str(queue_offset),
-            "maxMsgNums": str(max_msg_nums),
-            "sysFlag": str(sys_flag),
-            "commitOffset": str(commit_offset),
-            "suspendTimeoutMillis": str(suspend_timeout_ms),
-            "subscription": subscription,
-            "subVersion": str(sub_version),
-            "expressionType": expression_type,
-        }
-        resp = await self.remoting.invoke(
-            addr, RemotingCommand(RequestCode.PULL_MESSAGE, ext), timeout
+        cmd = self.pull_command(
+            mq,
+            consumer_group=consumer_group,
+            queue_offset=queue_offset,
+            max_msg_nums=max_msg_nums,
+            sys_flag=sys_flag,
+            commit_offset=commit_offset,
+            suspend_timeout_ms=suspend_timeout_ms,
+            subscription=subscription,
+            sub_version=sub_version,
+            expression_type=expression_type,
         )
-        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
-        if status is None:
-            raise _raise(resp, addr)
-        f = resp.ext_fields
-        try:
-            result = PullResult(
-                status,
-                int(f["nextBeginOffset"]),
-                int(f.get("minOffset", 0)),
-                int(f.get("maxOffset", 0)),
-                suggest_which_broker_id=int(f.get("suggestWhichBrokerId", 0)),
-            )
-        except (KeyError, ValueError):
-            raise RemotingError(f"broker {addr} sent a malformed pull response: {f}") from None
-        if status is PullStatus.FOUND and resp.body:
-            if raw:
-                result.body = resp.body
-            else:
-                result.msg_found_list = decode_messages(resp.body, broker_name or mq.broker_name)
-        return result
+        resp = await self.remoting.invoke(addr, cmd, timeout)
+        return self.pull_result(resp, addr, broker_name or mq.broker_name, raw)
 
     # -- broker: offsets -------------------------------------------------------------
 

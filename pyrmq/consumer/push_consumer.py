@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import ssl
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from pyrmq.common.errors import ClientError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
-from pyrmq.common.results import PullStatus
+from pyrmq.common.results import PullResult, PullStatus
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.subscription import MessageSelector, SubscriptionData, subscription_of
 from pyrmq.consumer.allocate import (
@@ -526,20 +527,25 @@ class PushConsumer(ConsumerBase):
                     addr = await self.client.pull_addr_or_refresh(mq)
                     if addr is None:
                         raise ClientError(f"broker {mq.broker_name} is not in the route")
-                result = await api.pull_message(
-                    addr,
-                    mq,
-                    consumer_group=self.consumer_group,
-                    queue_offset=next_offset,
-                    max_msg_nums=self.pull_batch_size,
-                    sys_flag=sys_flag,
-                    commit_offset=commit_offset,
-                    suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
-                    subscription=sub.sub_string,
-                    sub_version=sub.sub_version,
-                    timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
-                    expression_type=sub.expression_type,
+                conn = await self.client.remoting.connection(addr)
+                pulled: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
+                conn.request_cb(
+                    api.pull_command(
+                        mq,
+                        consumer_group=self.consumer_group,
+                        queue_offset=next_offset,
+                        max_msg_nums=self.pull_batch_size,
+                        sys_flag=sys_flag,
+                        commit_offset=commit_offset,
+                        suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                        subscription=sub.sub_string,
+                        sub_version=sub.sub_version,
+                        expression_type=sub.expression_type,
+                    ),
+                    CONSUMER_TIMEOUT_WHEN_SUSPEND,
+                    functools.partial(self._pulled, pulled, addr, mq, pq, sub),
                 )
+                result = await pulled
             except RMQError as e:
                 if pq.dropped:
                     return
@@ -554,18 +560,12 @@ class PushConsumer(ConsumerBase):
             prev = next_offset
             next_offset = result.next_begin_offset
             if status is PullStatus.FOUND:
-                msgs = result.msg_found_list
-                if not sub.matches_all:
-                    msgs = [m for m in msgs if sub.accepts(m.properties)]
-                if msgs:
-                    pq.put_message(msgs)
-                    self.consume_service.submit_consume_request(msgs, pq, mq)
-                    # the listener starts before the next pull goes out: sending
-                    # that pull wakes the broker, and on a busy core the broker
-                    # then ran first (151 us of a 650 us produce-to-consume p50,
-                    # measured at 1,000 msgs/s; 37 us with this turn given up)
-                    await asyncio.sleep(0)
-                elif not pq.has_temp_message() and not pq.consuming_msg_orderly_tree:
+                # _pulled handed the messages to the listener already
+                if (
+                    not result.msg_found_list
+                    and not pq.has_temp_message()
+                    and not pq.consuming_msg_orderly_tree
+                ):
                     self.offset_store.update_offset(mq, next_offset, True)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 if not pq.has_temp_message() and not pq.consuming_msg_orderly_tree:
@@ -581,6 +581,43 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_offset(mq, next_offset, False)
             if self.pull_interval:
                 await asyncio.sleep(self.pull_interval)
+
+    def _pulled(
+        self,
+        pulled: asyncio.Future[PullResult],
+        addr: str,
+        mq: MessageQueue,
+        pq: ProcessQueue,
+        sub: SubscriptionData,
+        resp: RemotingCommand | None,
+        exc: BaseException | None,
+    ) -> None:
+        """A pull's answer, in the read callback that received it: the
+        messages found go to the ProcessQueue and to the listener here, so
+        the listener's task runs at the next loop iteration, ahead of the
+        pull loop that resumes then to send the next pull (resuming the
+        loop first to hand them over cost a loop turn more of the
+        produce-to-consume latency: bench/README.md, "Produce to consume").
+        The loop gets the result (msg_found_list: what passed the
+        subscription's filter) or the error."""
+        if pulled.done():  # the pull loop was cancelled
+            return
+        try:
+            if exc is not None:
+                raise exc
+            assert resp is not None
+            result = self.client.api.pull_result(resp, addr, mq.broker_name)
+            if result.pull_status is PullStatus.FOUND and not pq.dropped:
+                msgs = result.msg_found_list
+                if not sub.matches_all:
+                    msgs = result.msg_found_list = [m for m in msgs if sub.accepts(m.properties)]
+                if msgs:
+                    pq.put_message(msgs)
+                    self.consume_service.submit_consume_request(msgs, pq, mq)
+        except BaseException as e:
+            pulled.set_exception(e)
+            return
+        pulled.set_result(result)
 
     # -- retries ------------------------------------------------------------------------------
 
