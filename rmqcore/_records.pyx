@@ -1,7 +1,8 @@
 # Record, batch and property codecs: thin wrappers over csrc/commit_log.c.
-from libc.string cimport memcpy, memset
+from libc.string cimport memchr, memcpy, memset
 from libc.stdint cimport uint32_t
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 
 cdef inline bytes _as_bytes(object s):
@@ -47,18 +48,61 @@ cdef inline bytes _prop_text(object x):
     return str(x).encode()
 
 
+cdef inline bint _has_separator(const char *p, Py_ssize_t n):
+    return n > 0 and (memchr(p, 1, <size_t>n) != NULL or memchr(p, 2, <size_t>n) != NULL)
+
+
+cdef _separator_error(object k, Py_ssize_t batch_index):
+    where = f"message {batch_index} of the batch: " if batch_index >= 0 else ""
+    return ValueError(
+        f"{where}property {str(k)!r} contains a reserved separator byte (0x01 or 0x02)")
+
+
 cdef bytes _encode_props(object props, Py_ssize_t batch_index):
     # the properties string of a mapping (section 3); a name or value holding
-    # a separator byte is refused, naming the batch message when index >= 0
+    # a separator byte is refused, naming the batch message when index >= 0.
+    # A dict of str (every Message's) is measured, then written into one
+    # bytes: no bytes per name and value, no concatenations (a third of the
+    # batch encoder's instructions a message went there)
+    cdef Py_ssize_t total = 0, pos = 0, kn, vn
+    cdef const char *kp
+    cdef const char *vp
+    cdef char *o
+    if type(props) is not dict:
+        return _encode_props_general(props, batch_index)
+    for k, v in (<dict>props).items():
+        if type(k) is not str or type(v) is not str:
+            return _encode_props_general(props, batch_index)
+        kp = PyUnicode_AsUTF8AndSize(k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(v, &vn)
+        if _has_separator(kp, kn) or _has_separator(vp, vn):
+            raise _separator_error(k, batch_index)
+        total += kn + vn + 2
+    out = PyBytes_FromStringAndSize(NULL, total)
+    o = PyBytes_AS_STRING(out)
+    # the same items in the same order: nothing between the loops runs
+    # Python code, and the UTF-8 of every name and value is cached now
+    for k, v in (<dict>props).items():
+        kp = PyUnicode_AsUTF8AndSize(k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(v, &vn)
+        memcpy(o + pos, kp, kn)
+        o[pos + kn] = 1
+        pos += kn + 1
+        memcpy(o + pos, vp, vn)
+        o[pos + vn] = 2
+        pos += vn + 1
+    return out
+
+
+cdef bytes _encode_props_general(object props, Py_ssize_t batch_index):
+    # any mapping, names and values made text by str()
     cdef list parts = []
     cdef bytes kb, vb
     for k, v in props.items():
         kb = _prop_text(k)
         vb = _prop_text(v)
-        if b"\x01" in kb or b"\x02" in kb or b"\x01" in vb or b"\x02" in vb:
-            where = f"message {batch_index} of the batch: " if batch_index >= 0 else ""
-            raise ValueError(
-                f"{where}property {str(k)!r} contains a reserved separator byte (0x01 or 0x02)")
+        if _has_separator(kb, len(kb)) or _has_separator(vb, len(vb)):
+            raise _separator_error(k, batch_index)
         parts.append(kb + b"\x01" + vb + b"\x02")
     return b"".join(parts)
 

@@ -9,6 +9,7 @@ import string
 import struct
 import tempfile
 import time
+import types
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -378,6 +379,42 @@ def test_encode_batch_is_the_spec_layout(entries: list[tuple[bytes, dict, int]])
         assert total == ref.BATCH_FIXED + len(b) + len(rmqcore.encode_properties(p))
         pos += total
     assert pos == len(data)
+
+
+def _spec_properties(items: list[tuple[str, str]]) -> bytes:
+    """rmq_format.h section 3, from its text: name, 0x01, value, 0x02, per
+    item in order, UTF-8."""
+    return b"".join(k.encode() + b"\x01" + v.encode() + b"\x02" for k, v in items)
+
+
+@SETTINGS
+@given(props=properties(), other=st.dictionaries(pkey, st.integers(-5, 5), max_size=3))
+def test_encode_properties_is_the_spec_layout(props: dict[str, str], other: dict) -> None:
+    """Every kind of mapping encodes as the spec says: a dict of str (the
+    one-buffer path), another mapping, and values that are not str (made
+    text by str(), the general path)."""
+    assert rmqcore.encode_properties(props) == _spec_properties(list(props.items()))
+    assert rmqcore.encode_properties(types.MappingProxyType(props)) == _spec_properties(
+        list(props.items())
+    )
+    mixed = {**props, **other}
+    assert rmqcore.encode_properties(mixed) == _spec_properties(
+        [(k, str(v)) for k, v in mixed.items()]
+    )
+
+
+@SETTINGS
+@given(props=properties(), sep=st.sampled_from(["\x01", "\x02"]), in_name=st.booleans())
+def test_encode_properties_refuses_a_separator(props: dict[str, str], sep: str,
+                                               in_name: bool) -> None:
+    """A separator byte in a name or a value is refused, naming the
+    property, on both paths."""
+    name, value = ("a" + sep + "k", "v") if in_name else ("BadValue", "v" + sep + "w")
+    bad = {**props, name: value}
+    for mapping in (bad, types.MappingProxyType(bad)):
+        with pytest.raises(ValueError, match="contains a reserved separator byte") as e:
+            rmqcore.encode_properties(mapping)
+        assert repr(name) in str(e.value)
 
 
 class _Msg:
