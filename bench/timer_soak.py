@@ -112,11 +112,14 @@ class Reader:
             mq = MessageQueue(TOPIC, "broker-a", qid)
             for _ in range(200):
                 try:
-                    r = await self.api.pull_message(
-                        self.broker, mq, consumer_group="soak", queue_offset=self.offsets[qid],
+                    cmd = self.api.pull_command(
+                        mq, consumer_group="soak", queue_offset=self.offsets[qid],
                         max_msg_nums=32, sys_flag=PULL_FLAG_SUBSCRIPTION, commit_offset=0,
-                        suspend_timeout_ms=0, subscription="*", sub_version=0, timeout=5.0,
+                        suspend_timeout_ms=0, subscription="*", sub_version=0,
                     )  # fmt: skip
+                    r = await self.api.pull_message(
+                        self.broker, cmd, timeout=5.0, broker_name=mq.broker_name
+                    )
                 except (TimeoutError, BrokerError, RMQError, OSError):
                     break
                 if r.pull_status is not PullStatus.FOUND:

@@ -208,8 +208,7 @@ async def _pull_window(
     for _ in range(hi - lo + 16):
         if off >= hi:
             break
-        r = await client.api.pull_message(
-            ref.broker_addr,
+        cmd = client.api.pull_command(
             ref.mq,
             consumer_group=opts.consumer_group,
             queue_offset=off,
@@ -219,10 +218,10 @@ async def _pull_window(
             suspend_timeout_ms=0,
             subscription=opts.sub_expression,
             sub_version=0,
-            timeout=TIMEOUT,
-            broker_name=ref.broker_name,
-            raw=True,
             expression_type=opts.sub_expression_type,
+        )
+        r = await client.api.pull_message(
+            ref.broker_addr, cmd, timeout=TIMEOUT, broker_name=ref.broker_name, raw=True
         )
         st = r.pull_status
         if st is PullStatus.FOUND:

@@ -31,8 +31,7 @@ async def pull_all(
     offset = start
     for _ in range(max_pulls):
         try:
-            r = await api.pull_message(
-                addr,
+            cmd = api.pull_command(
                 mq,
                 consumer_group=group,
                 queue_offset=offset,
@@ -42,8 +41,9 @@ async def pull_all(
                 suspend_timeout_ms=0,
                 subscription="*",
                 sub_version=0,
-                timeout=timeout,
-                raw=raw,
+            )
+            r = await api.pull_message(
+                addr, cmd, timeout=timeout, broker_name=mq.broker_name, raw=raw
             )
         except BrokerError:  # no such topic on this broker
             if missing_ok:

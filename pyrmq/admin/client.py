@@ -187,8 +187,7 @@ class AdminClient(AdminOps):
         return [(self._addr_of(route, mq.broker_name), mq) for mq in route.subscribe_queues(topic)]
 
     async def _pull(self, addr: str, mq: MessageQueue, offset: int, n: int) -> Any:
-        return await self.api.pull_message(
-            addr,
+        cmd = self.api.pull_command(
             mq,
             consumer_group=TOOLS_CONSUMER_GROUP,
             queue_offset=offset,
@@ -198,7 +197,9 @@ class AdminClient(AdminOps):
             suspend_timeout_ms=0,
             subscription="*",
             sub_version=0,
-            timeout=self.timeout,
+        )
+        return await self.api.pull_message(
+            addr, cmd, timeout=self.timeout, broker_name=mq.broker_name
         )
 
     # -- topics ----------------------------------------------------------------------------

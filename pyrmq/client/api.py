@@ -280,37 +280,17 @@ class MQClientAPI:
     async def pull_message(
         self,
         addr: str,
-        mq: MessageQueue,
+        cmd: RemotingCommand,
         *,
-        consumer_group: str,
-        queue_offset: int,
-        max_msg_nums: int,
-        sys_flag: int,
-        commit_offset: int,
-        suspend_timeout_ms: int,
-        subscription: str,
-        sub_version: int,
         timeout: float,
-        broker_name: str = "",
+        broker_name: str,
         raw: bool = False,
-        expression_type: str = "TAG",
     ) -> PullResult:
-        """PULL_MESSAGE. With raw, the found records are left undecoded in
+        """A pull_command() to the broker at addr, named broker_name; its
+        PullResult. With raw, the found records are left undecoded in
         PullResult.body (msg_found_list stays empty)."""
-        cmd = self.pull_command(
-            mq,
-            consumer_group=consumer_group,
-            queue_offset=queue_offset,
-            max_msg_nums=max_msg_nums,
-            sys_flag=sys_flag,
-            commit_offset=commit_offset,
-            suspend_timeout_ms=suspend_timeout_ms,
-            subscription=subscription,
-            sub_version=sub_version,
-            expression_type=expression_type,
-        )
         resp = await self.remoting.invoke(addr, cmd, timeout)
-        return self.pull_result(resp, addr, broker_name or mq.broker_name, raw)
+        return self.pull_result(resp, addr, broker_name, raw)
 
     # -- broker: offsets -------------------------------------------------------------
 

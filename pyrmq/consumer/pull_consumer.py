@@ -329,8 +329,8 @@ class PullConsumer(ConsumerBase):
                 addr = await self.client.pull_addr_or_refresh(mq)
                 if addr is None:
                     raise ClientError(f"broker {mq.broker_name} is not in the route")
-                result = await self.client.api.pull_message(
-                    addr,
+                api = self.client.api
+                cmd = api.pull_command(
                     mq,
                     consumer_group=self.consumer_group,
                     queue_offset=state.pull_offset,
@@ -340,8 +340,10 @@ class PullConsumer(ConsumerBase):
                     suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
                     subscription=sub.sub_string,
                     sub_version=sub.sub_version,
-                    timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND,
                     expression_type=sub.expression_type,
+                )
+                result = await api.pull_message(
+                    addr, cmd, timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND, broker_name=mq.broker_name
                 )
             except RMQError as e:
                 log.warning("%s: pull of %s failed: %s", self.consumer_group, mq, e)

@@ -136,8 +136,7 @@ class OffsetRpcs(ConsumerRpcs):
                 )
             budget = self._polling_budget(polling, context)
             try:
-                r = await client.api.pull_message(
-                    q.addr,
+                cmd = client.api.pull_command(
                     mq,
                     consumer_group=group,
                     queue_offset=request.offset,
@@ -147,8 +146,13 @@ class OffsetRpcs(ConsumerRpcs):
                     suspend_timeout_ms=int(budget * 1000),
                     subscription=sub.sub_string,
                     sub_version=0,
-                    timeout=budget + self.config.request_timeout,
                     expression_type=sub.expression_type,
+                )
+                r = await client.api.pull_message(
+                    q.addr,
+                    cmd,
+                    timeout=budget + self.config.request_timeout,
+                    broker_name=mq.broker_name,
                 )
             except BrokerError as e:
                 raise from_broker(e, "pull") from None

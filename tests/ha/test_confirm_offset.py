@@ -40,8 +40,7 @@ def test_consumers_read_only_below_the_confirm_offset(arun: Any, tmp_path: pathl
             mq = MessageQueue("ConfT", b.config.broker_name, 0)
 
             async def pull(offset: int, suspend_ms: int = 0) -> Any:
-                return await api.pull_message(
-                    b.addr,
+                cmd = api.pull_command(
                     mq,
                     consumer_group="conf-g",
                     queue_offset=offset,
@@ -51,8 +50,8 @@ def test_consumers_read_only_below_the_confirm_offset(arun: Any, tmp_path: pathl
                     suspend_timeout_ms=suspend_ms,
                     subscription="*",
                     sub_version=0,
-                    timeout=10.0,
                 )
+                return await api.pull_message(b.addr, cmd, timeout=10.0, broker_name=mq.broker_name)
 
             try:
                 r = await pull(0)
