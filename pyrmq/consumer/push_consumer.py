@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from pyrmq.client.api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
-from pyrmq.common.errors import ClientError, RMQError
+from pyrmq.common.errors import ClientError, RemotingError, RMQError
 from pyrmq.common.message import MessageExt, MessageQueue, decode_messages
 from pyrmq.common.results import PullResult, PullStatus
 from pyrmq.common.route import TopicRouteData
@@ -602,10 +602,10 @@ class PushConsumer(ConsumerBase):
         subscription's filter) or the error."""
         if pulled.done():  # the pull loop was cancelled
             return
+        if exc is not None or resp is None:
+            pulled.set_exception(exc or RemotingError(f"pull from {addr}: no answer"))
+            return
         try:
-            if exc is not None:
-                raise exc
-            assert resp is not None
             result = self.client.api.pull_result(resp, addr, mq.broker_name)
             if result.pull_status is PullStatus.FOUND and not pq.dropped:
                 msgs = result.msg_found_list
@@ -614,7 +614,7 @@ class PushConsumer(ConsumerBase):
                 if msgs:
                     pq.put_message(msgs)
                     self.consume_service.submit_consume_request(msgs, pq, mq)
-        except BaseException as e:
+        except Exception as e:  # the loop re-raises it, as when it decoded the answer itself
             pulled.set_exception(e)
             return
         pulled.set_result(result)

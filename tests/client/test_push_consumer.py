@@ -31,7 +31,9 @@ from pyrmq import (
     PullConsumer,
     PushConsumer,
 )
+from pyrmq.broker.subscription_group import SubscriptionGroupConfig
 from pyrmq.client.api import MQClientAPI
+from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting import RemotingClient
 from pyrmq.testing import LocalCluster
 
@@ -169,6 +171,57 @@ def test_clustering_delivers_each_message_exactly_once(arun, tmp_path):
             assert all(m.reconsume_times == 0 for m in got.msgs)
 
     arun(main(), timeout=30)
+
+
+def test_failed_pulls_are_retried_and_deliver_once_they_work(arun, tmp_path):
+    """A pull that fails reaches the pull loop as its error from the
+    answer's read callback, and the loop backs off and pulls again: one the
+    broker refuses (the group's consumeEnable off; nothing is delivered
+    until it is on), and held pulls whose connection closed under them."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as c:
+            groups = c.broker.groups
+            groups.update(SubscriptionGroupConfig("G_fail", consume_enable=False))
+            producer = Producer("pg", c.namesrv_addr)
+            got = Collector()
+            consumer = push(c.namesrv_addr, "G_fail", "FailT", got, consume_from_where=FIRST)
+            failed: list[BaseException] = []
+            pulled = consumer._pulled
+
+            def watched(
+                fut: Any, addr: str, mq: Any, pq: Any, sub: Any, resp: Any, exc: Any
+            ) -> None:
+                pulled(fut, addr, mq, pq, sub, resp, exc)
+                if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                    failed.append(fut.exception())
+
+            consumer._pulled = watched  # type: ignore[method-assign]
+            first = [f"f{i}" for i in range(10)]
+            then = [f"t{i}" for i in range(10)]
+            async with running(producer):
+                await send_bodies(producer, "FailT", first)
+                async with running(consumer):
+                    await wait_until(lambda: bool(failed), "a refused pull", timeout=15)
+                    assert isinstance(failed[0], BrokerError), failed[0]
+                    assert "no permission" in str(failed[0]), failed[0]
+                    assert got.count() == 0, got.bodies
+                    groups.update(SubscriptionGroupConfig("G_fail", consume_enable=True))
+                    await wait_until(lambda: got.count() >= 10, "the first 10", timeout=20)
+                    # the held pulls' connection goes away under them
+                    await wait_until(
+                        lambda: c.broker.pull_processor.held_count > 0, "a held pull", timeout=15
+                    )
+                    seen = len(failed)
+                    consumer.client.remoting.close_connection(c.broker_addr)
+                    await wait_until(lambda: len(failed) > seen, "a failed held pull", timeout=15)
+                    assert isinstance(failed[-1], RemotingError), failed[-1]
+                    await send_bodies(producer, "FailT", then)
+                    await wait_until(lambda: got.count() >= 20, "the next 10", timeout=20)
+                    await asyncio.sleep(0.3)  # room for duplicates to show up
+            assert Counter(got.bodies) == Counter(first + then)
+
+    arun(main(), timeout=90)
 
 
 def test_tag_filter_delivers_only_matching_tags(arun, tmp_path):
