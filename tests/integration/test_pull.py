@@ -287,6 +287,8 @@ def test_large_pull_sendfile_matches_copy(arun, tmp_path):
 
 
 def test_long_poll_woken_by_send(arun, tmp_path, record_property):
+    SUSPEND_MS = 30_000
+
     async def main() -> float:
         async with cluster(tmp_path) as (c, cl):
             await send_ok(cl, c.broker_addr, "LpT", b"first", 0)
@@ -304,8 +306,8 @@ def test_long_poll_woken_by_send(arun, tmp_path, record_property):
                             0,
                             offset,
                             sysflag=2 | 4,
-                            suspend_ms=5000,
-                            timeout=8,
+                            suspend_ms=SUSPEND_MS,
+                            timeout=SUSPEND_MS / 1000 + 5,
                         )
                     )
                     await asyncio.sleep(0.2)
@@ -313,7 +315,8 @@ def test_long_poll_woken_by_send(arun, tmp_path, record_property):
                     assert c.broker.pull_processor.held_count == 1
                     t_send = time.monotonic()
                     await send_ok(producer, c.broker_addr, "LpT", b"m%d" % k, 0)
-                    r = await asyncio.wait_for(held, 3)
+                    # answered well within the suspend: the arrival woke it
+                    r = await asyncio.wait_for(held, SUSPEND_MS / 1000 / 3)
                     t_ans = time.monotonic()
                     assert r.code == R.SUCCESS, r
                     (m,) = rmqcore.decode_records(r.body)
@@ -325,10 +328,10 @@ def test_long_poll_woken_by_send(arun, tmp_path, record_property):
             finally:
                 await producer.shutdown()
 
-    worst = arun(main())
+    worst = arun(main(), timeout=60)
     record_property("long_poll_wake_latency_s", worst)
-    # answered within 3 s of a 5 s suspend: woken by the arrival (the
-    # latency is recorded, not judged: timings are the benchmarks' business)
+    # the latency is recorded, not judged (timings are the benchmarks'
+    # business); that the arrival woke each pull, the bound above shows
     print(f"long-poll wake latency (send start -> pull answer), worst of 3: {worst * 1000:.2f} ms")
 
 
