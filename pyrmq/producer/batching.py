@@ -412,7 +412,7 @@ class SendAccumulator:
         """msg as a plain send, at once, its queue marked busy until it is
         answered."""
         p = self._p
-        job = p._job(msg, key if isinstance(key, MessageQueue) else None, None, None)
+        job = p._job(msg, key if isinstance(key, MessageQueue) else None, None, None, checked=True)
         self.singles += 1
         self._busy[key] = self._busy.get(key, 0) + 1
         if counted:
@@ -441,7 +441,8 @@ class SendAccumulator:
         callback = (batch.callbacks or {}).get(i)
         counted = batch.counted[i]
         try:
-            job = p._job(msg, key if isinstance(key, MessageQueue) else None, None, None)
+            mq = key if isinstance(key, MessageQueue) else None
+            job = p._job(msg, mq, None, None, checked=True)
         except (ClientError, TypeError) as exc:
             p._settle(out, callback, counted, None, exc)
             return

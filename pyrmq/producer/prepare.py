@@ -60,34 +60,6 @@ def check_message(msg: Message, max_message_size: int) -> None:
         )
 
 
-def prepare(
-    msg: Message,
-    max_message_size: int,
-    compress_over: int,
-    deflate: Callable[[bytes], bytes],
-    deflated: bool = False,
-) -> tuple[bytes, str, int, str]:
-    """(body as sent, properties string, sysFlag, unique id); the message
-    gets its UNIQ_KEY here when it has none, and a body of at least
-    compress_over bytes is compressed by `deflate` (a producer's
-    rmqcore.Deflater: a zlib stream). A body `deflated` already (a zlib
-    stream) is sent as it is, flagged COMPRESSED."""
-    check_message(msg, max_message_size)
-    props = msg.properties
-    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    if not uniq:
-        uniq = new_unique_id()
-        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-    body = msg.body
-    sys_flag = 0
-    if deflated:
-        sys_flag |= SYSFLAG_COMPRESSED
-    elif len(body) >= compress_over:
-        body = deflate(body)
-        sys_flag |= SYSFLAG_COMPRESSED
-    return body, rmqcore.encode_properties(props).decode(), sys_flag, uniq
-
-
 def prepare_batch(msgs: Sequence[Message], max_message_size: int) -> tuple[str, bytes, str]:
     """(topic, batch body, comma-joined unique ids) of a batch; the
     messages are checked and encoded in one pass in C."""
@@ -121,16 +93,51 @@ def make_job(
     compress_over: int,
     deflate: Callable[[bytes], bytes],
     deflated: bool = False,
+    checked: bool = False,
 ) -> SendJob:
-    """The SendJob of one message, or of a batch (a list); `deflated`: the
-    message's body is a zlib stream already."""
-    if isinstance(msg, Message):
-        body, props, sys_flag, uniq = prepare(
-            msg, max_message_size, compress_over, deflate, deflated
-        )
-        return _job_of(
-            SendJob,
-            (msg.topic, body, props, sys_flag, uniq, msg.flag, False, msg, mq, selector, arg),
-        )
-    topic, body, ids = prepare_batch(msg, max_message_size)
-    return _job_of(SendJob, (topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg))
+    """The SendJob of one message, or of a batch (a list).
+
+    One message gets its UNIQ_KEY here when it has none, and a body of at
+    least compress_over bytes is compressed by `deflate` (a producer's
+    rmqcore.Deflater: a zlib stream). A body `deflated` already (a zlib
+    stream) is sent as it is, flagged COMPRESSED. Properties that cannot
+    be encoded raise ClientError. `checked`: the caller
+    ran check_message on it already (the auto-batcher, whose lone sends
+    come here)."""
+    if msg.__class__ is not Message and not isinstance(msg, Message):
+        topic, body, ids = prepare_batch(msg, max_message_size)
+        return _job_of(SendJob, (topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg))
+    if not checked:
+        check_message(msg, max_message_size)
+    props = msg.properties
+    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if not uniq:
+        uniq = new_unique_id()
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+    body = msg.body
+    sys_flag = 0
+    if deflated:
+        sys_flag = SYSFLAG_COMPRESSED
+    elif len(body) >= compress_over:
+        body = deflate(body)
+        sys_flag = SYSFLAG_COMPRESSED
+    try:
+        encoded = rmqcore.encode_properties(props).decode()
+    except ValueError as e:  # a separator byte in a name or value, or too long
+        raise ClientError(str(e)) from None
+    return _job_of(
+        SendJob,
+        (
+            msg.topic,
+            body,
+            encoded,
+            sys_flag,
+            uniq,
+            msg.flag,
+            False,
+            msg,
+            mq,
+            selector,
+            arg,
+        ),
+    )

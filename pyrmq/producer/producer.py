@@ -355,6 +355,7 @@ class Producer:
         selector: MessageQueueSelector | None,
         arg: Any,
         deflated: bool = False,
+        checked: bool = False,
     ) -> SendJob:
         return make_job(
             msg,
@@ -365,6 +366,7 @@ class Producer:
             self.compress_msg_body_over_howmuch,
             self._deflate,
             deflated,
+            checked,
         )
 
     def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:
@@ -586,12 +588,11 @@ class Producer:
             slow.add_done_callback(functools.partial(self._settle_from, out, callback, counted))
             return out
         born = int(time.time() * 1000)
-        cmd = self._command(job, target, born)
         attempt = FirstAttempt(
             self, job, out, callback, counted, retries, timeout, target, addr, born
         )
         try:
-            conn.request_cb(cmd, timeout, attempt)
+            conn.request_cb(self._command(job, target, born), timeout, attempt)
         except RemotingError as e:
             attempt(None, e)
         return out

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from pyrmq.common.errors import BrokerError
+from pyrmq.common.errors import BrokerError, ClientError
 from pyrmq.common.message import SYSFLAG_COMPRESSED, Message, MessageExt, MessageQueue
 from pyrmq.common.results import SendResult, SendStatus
 from pyrmq.producer import Producer, SelectMessageQueueByHash
@@ -362,5 +362,37 @@ def test_a_batch_whose_broker_is_down_is_retried_on_another(arun, tmp_path, capl
                     assert got.count(body) == 1
                     assert by_offset[r.queue_offset].body == body
                     assert by_offset[r.queue_offset].msg_id == r.msg_id
+
+    arun(main())
+
+
+def test_a_message_the_encoder_refuses_fails_only_its_own_send(arun, tmp_path):
+    """A property holding a separator byte (0x01, 0x02) cannot be encoded:
+    the batch it joined is sent message by message, and only its caller
+    hears why, as a ClientError; an awaited send of it alone raises the
+    same at once."""
+
+    async def main() -> None:
+        async with env(tmp_path) as e:
+            p = e.producer
+            await _topic(e, "AbBadPropT")
+            bad = Message("AbBadPropT", b"bad", properties={"k\x01": "v"})
+            good = [Message("AbBadPropT", f"g{i}".encode()) for i in range(20)]
+            # the first send leaves alone; the rest wait for its answer in one batch
+            futs = [p.send_async(m) for m in good[:10]]
+            futs.append(p.send_async(bad))
+            futs += [p.send_async(m) for m in good[10:]]
+            done = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 60)
+            assert isinstance(done[10], ClientError), done[10]
+            assert "separator" in str(done[10])
+            results = done[:10] + done[11:]
+            assert all(isinstance(r, SendResult) and r.ok for r in results), results
+            stored = await _stored(e, "AbBadPropT")
+            assert sorted(m.body for m in stored.values()) == sorted(
+                [b"warm-up", *(m.body for m in good)]
+            )
+            assert p._inflight == 0
+            with pytest.raises(ClientError, match="separator"):
+                await p.send(Message("AbBadPropT", b"bad", properties={"k": "v\x02"}))
 
     arun(main())
