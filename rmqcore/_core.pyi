@@ -261,6 +261,19 @@ def encode_json_frame(
     ext: dict[str, Any],
     body: bytes | bytearray | memoryview,
 ) -> bytes: ...
+def send_request_fields(
+    producer_group: str,
+    topic: str,
+    default_topic: str,
+    default_topic_queue_nums: int,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    flag: int,
+    properties: str,
+    batch: bool,
+    broker_name: str,
+) -> dict[str, str]: ...
 
 # The broker's common send in C (rmqcore/_sendpath.pyx)
 class SendChunk:

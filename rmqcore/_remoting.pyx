@@ -1,6 +1,7 @@
 # The remoting hot path: splitting frames and the JSON header codec
 # (csrc/remoting_header.c). The frame layout is specified in the docstring
-# of pyrmq/remoting/command.py; pyrmq.remoting.command is the only caller.
+# of pyrmq/remoting/command.py, which is the only caller of the codec; the
+# producer's send request header is laid out here too (send_request_fields).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdlib cimport free, malloc
@@ -322,3 +323,34 @@ def encode_json_frame(long long code, str language, long long version, long long
     if blen:
         memcpy(f + 8 + hlen, PyBytes_AS_STRING(<bytes>body), <size_t>blen)
     return frame
+
+
+def send_request_fields(str producer_group, str topic, str default_topic,
+                        long long default_topic_queue_nums, long long queue_id,
+                        long long sys_flag, long long born_timestamp, long long flag,
+                        str properties, bint batch, str broker_name) -> dict:
+    """The extFields of a producer's SEND_MESSAGE_V2 (one message) or
+    SEND_BATCH_MESSAGE (a batch body): SendMessageRequestHeaderV2's one-letter
+    keys, in the order the Java client writes them. What each letter names
+    is V2_FIELDS in pyrmq/broker/processor/send.py, which reads them:
+    a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums,
+    e queueId, f sysFlag, g bornTimestamp, h flag, i properties (the
+    encoded string), j reconsumeTimes ("0": a producer's first send),
+    k unitMode ("false"), m batch, n brokerName. Every value is a str, as
+    an RPC hook signing the request reads them. One dict built in C: the
+    producer's awaited single send builds it once a message."""
+    return {
+        "a": producer_group,
+        "b": topic,
+        "c": default_topic,
+        "d": f"{default_topic_queue_nums}",
+        "e": f"{queue_id}",
+        "f": f"{sys_flag}",
+        "g": f"{born_timestamp}",
+        "h": f"{flag}",
+        "i": properties,
+        "j": "0",
+        "k": "false",
+        "m": "true" if batch else "false",
+        "n": broker_name,
+    }

@@ -20,11 +20,15 @@ from pyrmq.common.results import PullResult, PullStatus, SendResult, SendStatus,
 from pyrmq.common.route import TopicRouteData
 from pyrmq.common.topics import TBW102
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from pyrmq.remoting.command import LANGUAGE, VERSION
+from rmqcore import encode_json_frame as _encode_json_frame
+from rmqcore import send_request_fields as _send_request_fields
 
 DEFAULT_TOPIC = TBW102
 DEFAULT_TOPIC_QUEUE_NUMS = 4
-_DEFAULT_TOPIC_QUEUE_NUMS_STR = str(DEFAULT_TOPIC_QUEUE_NUMS)
 
+#: a send request's code, by whether its body is a batch
+SEND_CODE = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 _SEND_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -133,34 +137,55 @@ class MQClientAPI:
         born_timestamp: int,
         flag: int = 0,
         batch: bool = False,
-        reconsume_times: int = 0,
-        max_reconsume_times: int | None = None,
         default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
     ) -> RemotingCommand:
-        """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch body)."""
-        ext = {
-            "a": producer_group,
-            "b": mq.topic,
-            "c": DEFAULT_TOPIC,
-            "d": (
-                _DEFAULT_TOPIC_QUEUE_NUMS_STR
-                if default_topic_queue_nums == DEFAULT_TOPIC_QUEUE_NUMS
-                else str(default_topic_queue_nums)
-            ),
-            "e": str(mq.queue_id),
-            "f": str(sys_flag),
-            "g": str(born_timestamp),
-            "h": str(flag),
-            "i": properties,
-            "j": str(reconsume_times),
-            "k": "false",
-            "m": "true" if batch else "false",
-            "n": mq.broker_name,
-        }
-        if max_reconsume_times is not None:
-            ext["l"] = str(max_reconsume_times)
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        return RemotingCommand(code, ext, body)
+        """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch
+        body); its header is rmqcore.send_request_fields'."""
+        ext = _send_request_fields(
+            producer_group,
+            mq.topic,
+            DEFAULT_TOPIC,
+            default_topic_queue_nums,
+            mq.queue_id,
+            sys_flag,
+            born_timestamp,
+            flag,
+            properties,
+            batch,
+            mq.broker_name,
+        )
+        return RemotingCommand(SEND_CODE[batch], ext, body)
+
+    @staticmethod
+    def send_frame(
+        opaque: int,
+        mq: MessageQueue,
+        body: bytes,
+        properties: str,
+        producer_group: str,
+        sys_flag: int,
+        born_timestamp: int,
+        flag: int,
+        batch: bool,
+        default_topic_queue_nums: int,
+    ) -> bytes:
+        """The frame send_command() encodes to with `opaque`, built by two C
+        calls without a command object: a producer's sends on a connection
+        without an RPC hook (Connection.request_frame)."""
+        ext = _send_request_fields(
+            producer_group,
+            mq.topic,
+            DEFAULT_TOPIC,
+            default_topic_queue_nums,
+            mq.queue_id,
+            sys_flag,
+            born_timestamp,
+            flag,
+            properties,
+            batch,
+            mq.broker_name,
+        )
+        return _encode_json_frame(SEND_CODE[batch], LANGUAGE, VERSION, opaque, 0, None, ext, body)
 
     @staticmethod
     def send_result(

@@ -23,7 +23,7 @@ from typing import Any
 
 import rmqcore
 from pyrmq.acl.signing import AclClientRPCHook
-from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from pyrmq.client.api import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, SEND_CODE
 from pyrmq.client.instance import ClientInstance
 from pyrmq.common.errors import BrokerError, ClientError, RemotingError, RMQError
 from pyrmq.common.message import COMPRESS_LEVEL, Message, MessageQueue
@@ -36,6 +36,7 @@ from pyrmq.producer.prepare import SendJob, make_job
 from pyrmq.producer.selector import MessageQueueSelector
 from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.connection import next_opaque
 from pyrmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pyrmq.producer")
@@ -592,7 +593,23 @@ class Producer:
             self, job, out, callback, counted, retries, timeout, target, addr, born
         )
         try:
-            conn.request_cb(self._command(job, target, born), timeout, attempt)
+            if conn.rpc_hook is None:
+                opaque = next_opaque()
+                frame = self.client.api.send_frame(
+                    opaque,
+                    target,
+                    job.body,
+                    job.props,
+                    self.producer_group,
+                    job.sys_flag,
+                    born,
+                    job.flag,
+                    job.batch,
+                    self.default_topic_queue_nums,
+                )
+                conn.request_frame(opaque, SEND_CODE[job.batch], frame, timeout, attempt)
+            else:  # the hook signs the command
+                conn.request_cb(self._command(job, target, born), timeout, attempt)
         except RemotingError as e:
             attempt(None, e)
         return out

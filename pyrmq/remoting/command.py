@@ -55,6 +55,8 @@ FLAG_ONEWAY = 2
 #: The MQVersion ordinal we announce (V4_9_4 = 401): a Java peer then uses
 #: standard JSON for us.
 VERSION = 401
+#: the language this side's commands declare (LanguageCode)
+LANGUAGE = "PYTHON"
 
 #: split_frames' signature: (buffer, max_frame) -> (frames, bytes consumed)
 Splitter = Callable[[bytes | bytearray, int], tuple[list[tuple[int, Any, bytes]], int]]
@@ -92,7 +94,7 @@ class RemotingCommand:
         remark: str | None = None,
         opaque: int = 0,
         flag: int = 0,
-        language: str = "PYTHON",
+        language: str = LANGUAGE,
         version: int = VERSION,
         serialize_type: int = SERIALIZE_JSON,
     ) -> None:

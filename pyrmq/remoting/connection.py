@@ -71,6 +71,13 @@ class FileBody(Protocol):
 
 _opaques = itertools.count(1)
 
+
+def next_opaque() -> int:
+    """A request's opaque: unique among this process's requests in flight
+    (31 bits, as Java's AtomicInteger requestId wraps positive)."""
+    return next(_opaques) & 0x7FFFFFFF
+
+
 #: How a response reaches its requester: on_done(response, None) or
 #: on_done(None, error).
 ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
@@ -120,7 +127,7 @@ class Connection(asyncio.Protocol):
         #: runs on every request this side sends and every answer it gives
         #: to the peer's requests, just before encoding (a client's ACL
         #: signing: pyrmq.acl.AclClientRPCHook)
-        self._rpc_hook = rpc_hook
+        self.rpc_hook = rpc_hook
         self._on_close = on_close
         self._decoder = FrameDecoder() if max_frame is None else FrameDecoder(max_frame)
         #: opaque -> (deadline, on_done, request code, timeout)
@@ -165,7 +172,7 @@ class Connection(asyncio.Protocol):
 
     @property
     def has_rpc_hook(self) -> bool:
-        return self._rpc_hook is not None
+        return self.rpc_hook is not None
 
     # -- asyncio.Protocol --------------------------------------------------------
 
@@ -347,8 +354,8 @@ class Connection(asyncio.Protocol):
             return
         if isinstance(result, RemotingCommand):
             if not cmd.flag & FLAG_ONEWAY:
-                if self._rpc_hook is not None:
-                    self._rpc_hook(result)
+                if self.rpc_hook is not None:
+                    self.rpc_hook(result)
                 self.send(result)
             return
         task = asyncio.ensure_future(self._finish(cmd, result))
@@ -360,8 +367,8 @@ class Connection(asyncio.Protocol):
     ) -> None:
         result = await answer_later(self.name, cmd, pending)
         if result is not None and not cmd.flag & FLAG_ONEWAY:
-            if self._rpc_hook is not None:
-                self._rpc_hook(result)
+            if self.rpc_hook is not None:
+                self.rpc_hook(result)
             self.send(result)
 
     # -- output ---------------------------------------------------------------------
@@ -374,14 +381,17 @@ class Connection(asyncio.Protocol):
         """Queue a frame to go out at the end of this loop iteration, in one
         write with the others queued meanwhile (answers completed together,
         such as every send served by one group commit)."""
+        self.send_frame_soon(cmd.encode())
+
+    def send_frame_soon(self, frame: bytes) -> None:
+        """send_soon of an encoded frame."""
         if self._soon is None:
             # the first leaves now (a lone request or answer is not held for
             # a loop turn), those after it in this iteration together at its end
             self._soon = []
             self._loop.call_soon(self._flush_soon)
-            self.send_bytes(cmd.encode())
+            self.send_bytes(frame)
             return
-        frame = cmd.encode()
         self._soon.append(frame)
         self._soon_bytes += len(frame)
         if self._soon_bytes > SOON_FLUSH_BYTES:
@@ -458,18 +468,27 @@ class Connection(asyncio.Protocol):
         on_done(None, RemotingError) after timeout seconds (give or take
         SWEEP_INTERVAL) or when the connection closes. No future, no timer
         per request: the producer's pipelined path lives on this."""
+        cmd.opaque = opaque = next_opaque()
+        cmd.flag &= ~FLAG_RESPONSE
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
+        self.request_frame(opaque, cmd.code, cmd.encode(), timeout, on_done)
+
+    def request_frame(
+        self, opaque: int, code: int, frame: bytes, timeout: float, on_done: ResponseCallback
+    ) -> None:
+        """request_cb of a request already encoded with `opaque` (from
+        next_opaque()) and request `code`: the producer's single send
+        builds its frame in C. Only for a connection without an rpc_hook,
+        which must see the command."""
         if self.transport is None or self.transport.is_closing():
             raise RemotingError(f"connection to {self.peer} is closed")
-        opaque = cmd.opaque = next(_opaques) & 0x7FFFFFFF
-        cmd.flag &= ~FLAG_RESPONSE
         loop = self._loop
-        self._pending[opaque] = (loop.time() + timeout, on_done, cmd.code, timeout)
+        self._pending[opaque] = (loop.time() + timeout, on_done, code, timeout)
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
-        if self._rpc_hook is not None:
-            self._rpc_hook(cmd)
         # requests made in one loop iteration leave in one write
-        self.send_soon(cmd)
+        self.send_frame_soon(frame)
 
     def _sweep(self) -> None:
         """Fail the requests whose deadline passed (scanResponseTable)."""
@@ -491,10 +510,10 @@ class Connection(asyncio.Protocol):
             self._sweep_handle = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
-        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.opaque = next_opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
-        if self._rpc_hook is not None:
-            self._rpc_hook(cmd)
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         self.send_soon(cmd)
 
     def overdue(self, now: float, max_idle: float, frame_timeout: float) -> str | None:
