@@ -1,7 +1,7 @@
 """The producer's own cost per pipelined single send, counted two ways.
 
-    python -m bench.client_cost [--sends 200000] [--auto-batch]
-    python -m bench.client_cost --callgrind [--auto-batch]
+    python -m bench.client_cost [--sends 200000] [--auto-batch | --awaited]
+    python -m bench.client_cost --callgrind [--auto-batch | --awaited]
 
 A ``pyrmq standalone`` (ASYNC_FLUSH) takes 128 B ``send_async`` calls from
 one Producer, 1,024 unacknowledged, acked from the send callback (the
@@ -20,6 +20,12 @@ which every system's row pays alike but is not the producer's cost.
   do not move with the machine's load (times on a shared 2-vCPU VM move
   by ±15 %), so two trees can be compared run against run. The broker
   runs natively beside it; ~2 minutes.
+- ``--awaited``: one ``await producer.send()`` at a time instead, from a
+  Producer as users get it (auto_batch on: each send goes alone), the
+  shape of bench.duel's one-at-a-time rows. Under callgrind the client is
+  many times slower than the broker, so each answer is there when it
+  looks: the count leaves out the loop turns a native client spends
+  waiting, and is the client's own work a send.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from bench import broker_load as bl
 
@@ -41,13 +48,17 @@ WINDOW = 1024
 BODY = b"x" * 128
 
 
-async def _run(namesrv: str, sends: int, auto_batch: bool) -> dict[str, float]:
+async def _run(
+    namesrv: str, sends: int, auto_batch: bool, awaited: bool = False
+) -> dict[str, float]:
     from pyrmq import Message, Producer
 
-    p = Producer("bench-client-cost", namesrv, auto_batch=auto_batch)
+    p = Producer("bench-client-cost", namesrv, auto_batch=auto_batch or awaited)
     await p.start()
     try:
         await p.send(Message("ClientCost", BODY))  # route, connection, heartbeat
+        if awaited:
+            return await _awaited(p, sends)
         done = 0
         sent = 0
         room = asyncio.Event()
@@ -87,6 +98,29 @@ async def _run(namesrv: str, sends: int, auto_batch: bool) -> dict[str, float]:
         await p.shutdown()
 
 
+async def _awaited(p: Any, sends: int) -> dict[str, float]:
+    from pyrmq import Message
+
+    async def one_at_a_time(n: int) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            r = await p.send(Message("ClientCost", BODY))
+            if not r.ok:
+                raise RuntimeError(f"send: {r}")
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    await one_at_a_time(min(sends, 2000))
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    wall, cpu = await one_at_a_time(sends)
+    passes = gc.get_stats()[0]["collections"] - before
+    return {
+        "msgs_per_s": sends / wall,
+        "client_us_per_msg": cpu / sends * 1e6,
+        "gc_gen0_per_100k": passes / sends * 100_000,
+    }
+
+
 def _callgrind(args: argparse.Namespace) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -109,6 +143,8 @@ def _callgrind(args: argparse.Namespace) -> int:
             ]
             if args.auto_batch:
                 cmd.append("--auto-batch")
+            if args.awaited:
+                cmd.append("--awaited")
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             with open(out) as f:
                 m = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
@@ -117,10 +153,16 @@ def _callgrind(args: argparse.Namespace) -> int:
                 return 1
             totals.append(int(m.group(1)))
     per = (totals[1] - totals[0]) / (args.high - args.low)
-    kind = "auto-batched" if args.auto_batch else "single"
+    kind = (
+        "awaited, one at a time"
+        if args.awaited
+        else "pipelined, auto-batched"
+        if args.auto_batch
+        else "pipelined, single"
+    )
     print(
-        f"{per:,.0f} instructions a pipelined {kind} send "
-        f"(callgrind, {args.high - args.low:,} sends differenced)"
+        f"{per:,.0f} instructions a send ({kind}; callgrind, "
+        f"{args.high - args.low:,} sends differenced)"
     )
     return 0
 
@@ -129,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sends", type=int, default=200_000)
     ap.add_argument("--auto-batch", action="store_true", help="Producer(auto_batch=True)")
+    ap.add_argument(
+        "--awaited", action="store_true", help="one awaited send at a time (auto_batch on)"
+    )
     ap.add_argument("--callgrind", action="store_true", help="instructions a send, by callgrind")
     ap.add_argument("--low", type=int, default=3000, help="--callgrind's smaller count")
     ap.add_argument("--high", type=int, default=13000, help="--callgrind's larger count")
@@ -137,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.callgrind:
         return _callgrind(args)
     with bl.standalone(args.dir) as srv:
-        r = asyncio.run(_run(srv.namesrv, args.sends, args.auto_batch))
+        r = asyncio.run(_run(srv.namesrv, args.sends, args.auto_batch, args.awaited))
     print(
         f"{r['msgs_per_s']:,.0f} msgs/s, client {r['client_us_per_msg']:.2f} µs CPU a send, "
         f"{r['gc_gen0_per_100k']:,.0f} gen-0 collections per 100k sends"
