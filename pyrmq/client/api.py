@@ -22,7 +22,6 @@ from pyrmq.common.topics import TBW102
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from pyrmq.remoting.command import LANGUAGE, VERSION
 from rmqcore import encode_json_frame as _encode_json_frame
-from rmqcore import send_request_fields as _send_request_fields
 
 DEFAULT_TOPIC = TBW102
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -127,65 +126,19 @@ class MQClientAPI:
     # -- broker: send ----------------------------------------------------------------
 
     @staticmethod
-    def send_command(
-        mq: MessageQueue,
-        body: bytes,
-        properties: str,
-        *,
-        producer_group: str,
-        sys_flag: int,
-        born_timestamp: int,
-        flag: int = 0,
-        batch: bool = False,
-        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
-    ) -> RemotingCommand:
+    def send_command(batch: bool, fields: dict[str, str], body: bytes) -> RemotingCommand:
         """SEND_MESSAGE_V2 (one message) or SEND_BATCH_MESSAGE (a batch
-        body); its header is rmqcore.send_request_fields'."""
-        ext = _send_request_fields(
-            producer_group,
-            mq.topic,
-            DEFAULT_TOPIC,
-            default_topic_queue_nums,
-            mq.queue_id,
-            sys_flag,
-            born_timestamp,
-            flag,
-            properties,
-            batch,
-            mq.broker_name,
-        )
-        return RemotingCommand(SEND_CODE[batch], ext, body)
+        body) with the header `fields` of rmqcore.send_request_fields."""
+        return RemotingCommand(SEND_CODE[batch], fields, body)
 
     @staticmethod
-    def send_frame(
-        opaque: int,
-        mq: MessageQueue,
-        body: bytes,
-        properties: str,
-        producer_group: str,
-        sys_flag: int,
-        born_timestamp: int,
-        flag: int,
-        batch: bool,
-        default_topic_queue_nums: int,
-    ) -> bytes:
-        """The frame send_command() encodes to with `opaque`, built by two C
-        calls without a command object: a producer's sends on a connection
-        without an RPC hook (Connection.request_frame)."""
-        ext = _send_request_fields(
-            producer_group,
-            mq.topic,
-            DEFAULT_TOPIC,
-            default_topic_queue_nums,
-            mq.queue_id,
-            sys_flag,
-            born_timestamp,
-            flag,
-            properties,
-            batch,
-            mq.broker_name,
+    def send_frame(opaque: int, batch: bool, fields: dict[str, str], body: bytes) -> bytes:
+        """The frame send_command() encodes to with `opaque`, without a
+        command object: a producer's sends on a connection without an RPC
+        hook (Connection.request_frame)."""
+        return _encode_json_frame(
+            SEND_CODE[batch], LANGUAGE, VERSION, opaque, 0, None, fields, body
         )
-        return _encode_json_frame(SEND_CODE[batch], LANGUAGE, VERSION, opaque, 0, None, ext, body)
 
     @staticmethod
     def send_result(

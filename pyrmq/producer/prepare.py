@@ -101,9 +101,8 @@ def make_job(
     least compress_over bytes is compressed by `deflate` (a producer's
     rmqcore.Deflater: a zlib stream). A body `deflated` already (a zlib
     stream) is sent as it is, flagged COMPRESSED. Properties that cannot
-    be encoded raise ClientError. `checked`: the caller
-    ran check_message on it already (the auto-batcher, whose lone sends
-    come here)."""
+    be encoded raise ClientError. `checked`: the caller ran check_message
+    on it already (the auto-batcher, whose lone sends come here)."""
     if msg.__class__ is not Message and not isinstance(msg, Message):
         topic, body, ids = prepare_batch(msg, max_message_size)
         return _job_of(SendJob, (topic, body, "", 0, ids, 0, True, msg[0], mq, selector, arg))

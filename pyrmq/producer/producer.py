@@ -38,6 +38,7 @@ from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, ResponseCode
 from pyrmq.remoting.connection import next_opaque
 from pyrmq.remoting.tls import resolve_client_tls
+from rmqcore import send_request_fields
 
 log = logging.getLogger("pyrmq.producer")
 
@@ -370,18 +371,24 @@ class Producer:
             checked,
         )
 
-    def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:
-        return self.client.api.send_command(
-            target,
-            job.body,
+    def _fields(self, job: SendJob, target: MessageQueue, born: int) -> dict[str, str]:
+        """The send request's header fields for job sent to target."""
+        return send_request_fields(
+            self.producer_group,
+            target.topic,
+            DEFAULT_TOPIC,
+            self.default_topic_queue_nums,
+            target.queue_id,
+            job.sys_flag,
+            born,
+            job.flag,
             job.props,
-            producer_group=self.producer_group,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            sys_flag=job.sys_flag,
-            born_timestamp=born,
-            flag=job.flag,
-            batch=job.batch,
+            job.batch,
+            target.broker_name,
         )
+
+    def _command(self, job: SendJob, target: MessageQueue, born: int) -> RemotingCommand:
+        return self.client.api.send_command(job.batch, self._fields(job, target, born), job.body)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -595,18 +602,8 @@ class Producer:
         try:
             if conn.rpc_hook is None:
                 opaque = next_opaque()
-                frame = self.client.api.send_frame(
-                    opaque,
-                    target,
-                    job.body,
-                    job.props,
-                    self.producer_group,
-                    job.sys_flag,
-                    born,
-                    job.flag,
-                    job.batch,
-                    self.default_topic_queue_nums,
-                )
+                fields = self._fields(job, target, born)
+                frame = self.client.api.send_frame(opaque, job.batch, fields, job.body)
                 conn.request_frame(opaque, SEND_CODE[job.batch], frame, timeout, attempt)
             else:  # the hook signs the command
                 conn.request_cb(self._command(job, target, born), timeout, attempt)
