@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench import broker_load as bl
@@ -57,48 +58,64 @@ async def _run(
     await p.start()
     try:
         await p.send(Message("ClientCost", BODY))  # route, connection, heartbeat
-        if awaited:
-            return await _awaited(p, sends)
-        done = 0
-        sent = 0
-        room = asyncio.Event()
-
-        def acked(_r: object, _e: BaseException | None) -> None:
-            nonlocal done
-            done += 1
-            if sent - done <= WINDOW // 2:
-                room.set()
-
-        async def window(n: int) -> tuple[float, float]:
-            nonlocal sent, done
-            sent = done = 0
-            t0, c0 = time.perf_counter(), time.process_time()
-            while sent < n:
-                if sent - done >= WINDOW:
-                    room.clear()
-                    await asyncio.wait_for(room.wait(), 30)
-                p.send_async(Message("ClientCost", BODY), acked)
-                sent += 1
-            while done < n:
-                room.clear()
-                await asyncio.wait_for(room.wait(), 30)
-            return time.perf_counter() - t0, time.process_time() - c0
-
-        await window(min(sends, 2000))  # warm: caches, buffers, specialised bytecode
-        gc.collect()
-        before = gc.get_stats()[0]["collections"]
-        wall, cpu = await window(sends)
-        passes = gc.get_stats()[0]["collections"] - before
-        return {
-            "msgs_per_s": sends / wall,
-            "client_us_per_msg": cpu / sends * 1e6,
-            "gc_gen0_per_100k": passes / sends * 100_000,
-        }
+        return await _measured(_one_at_a_time(p) if awaited else _windowed(p), sends)
     finally:
         await p.shutdown()
 
 
-async def _awaited(p: Any, sends: int) -> dict[str, float]:
+#: ``await run(n)``: n sends made, (wall seconds, process CPU seconds)
+Run = Callable[[int], Awaitable[tuple[float, float]]]
+
+
+async def _measured(run: Run, sends: int) -> dict[str, float]:
+    """`sends` sends by run after a warm-up (caches, buffers, specialised
+    bytecode), and the collector's passes over them."""
+    await run(min(sends, 2000))
+    gc.collect()
+    before = gc.get_stats()[0]["collections"]
+    wall, cpu = await run(sends)
+    passes = gc.get_stats()[0]["collections"] - before
+    return {
+        "msgs_per_s": sends / wall,
+        "client_us_per_msg": cpu / sends * 1e6,
+        "gc_gen0_per_100k": passes / sends * 100_000,
+    }
+
+
+def _windowed(p: Any) -> Run:
+    """send_async with WINDOW unacknowledged, acked from the callback."""
+    from pyrmq import Message
+
+    done = 0
+    sent = 0
+    room = asyncio.Event()
+
+    def acked(_r: object, _e: BaseException | None) -> None:
+        nonlocal done
+        done += 1
+        if sent - done <= WINDOW // 2:
+            room.set()
+
+    async def window(n: int) -> tuple[float, float]:
+        nonlocal sent, done
+        sent = done = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        while sent < n:
+            if sent - done >= WINDOW:
+                room.clear()
+                await asyncio.wait_for(room.wait(), 30)
+            p.send_async(Message("ClientCost", BODY), acked)
+            sent += 1
+        while done < n:
+            room.clear()
+            await asyncio.wait_for(room.wait(), 30)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    return window
+
+
+def _one_at_a_time(p: Any) -> Run:
+    """One awaited send at a time."""
     from pyrmq import Message
 
     async def one_at_a_time(n: int) -> tuple[float, float]:
@@ -109,16 +126,7 @@ async def _awaited(p: Any, sends: int) -> dict[str, float]:
                 raise RuntimeError(f"send: {r}")
         return time.perf_counter() - t0, time.process_time() - c0
 
-    await one_at_a_time(min(sends, 2000))
-    gc.collect()
-    before = gc.get_stats()[0]["collections"]
-    wall, cpu = await one_at_a_time(sends)
-    passes = gc.get_stats()[0]["collections"] - before
-    return {
-        "msgs_per_s": sends / wall,
-        "client_us_per_msg": cpu / sends * 1e6,
-        "gc_gen0_per_100k": passes / sends * 100_000,
-    }
+    return one_at_a_time
 
 
 def _callgrind(args: argparse.Namespace) -> int:
