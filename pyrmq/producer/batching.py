@@ -443,7 +443,7 @@ class SendAccumulator:
         try:
             mq = key if isinstance(key, MessageQueue) else None
             job = p._job(msg, mq, None, None, checked=True)
-        except (ClientError, TypeError) as exc:
+        except Exception as exc:  # this caller's alone: the batch's others still go
             p._settle(out, callback, counted, None, exc)
             return
         self.singles += 1
