@@ -170,10 +170,6 @@ class Connection(asyncio.Protocol):
         while this connection has no backlog."""
         self._split = functools.partial(fast.split, self)
 
-    @property
-    def has_rpc_hook(self) -> bool:
-        return self.rpc_hook is not None
-
     # -- asyncio.Protocol --------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

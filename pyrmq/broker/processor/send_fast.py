@@ -125,8 +125,8 @@ class SendFastPath:
 
     def split(self, conn: Connection, buf: bytes | bytearray, max_frame: int) -> Frames:
         """split_frames for conn, the common sends served on the way."""
-        server = self._server
-        if not self._processor.takes_plain_sends() or server.has_rpc_hooks or conn.has_rpc_hook:
+        hooked = self._server.has_rpc_hooks or conn.rpc_hook is not None
+        if hooked or not self._processor.takes_plain_sends():
             return rmqcore.split_frames(buf, max_frame)
         sp = self._path()
         if sp is None:
