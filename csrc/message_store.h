@@ -20,7 +20,7 @@
 #include "checkpoint.h"
 #include "commit_log.h"
 #include "consume_queue.h"
-#include "index_file.h"
+#include "index_service.h"
 #include "topic_queue_table.h"
 
 typedef struct rmq_store_config {

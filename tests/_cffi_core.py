@@ -26,12 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 MODULE = "_rmq_cffi_test"
-MINIMAL_SOURCES = ("index_file.c", "mapped_file.c", "paths.c", "checkpoint.c", "crc32.c",
-                   "rmq_errors.c")
+MINIMAL_SOURCES = ("index_file.c", "index_service.c", "mapped_file.c", "paths.c",
+                   "checkpoint.c", "crc32.c", "rmq_errors.c")
 
 PREAMBLE = """
 #include "checkpoint.h"
-#include "index_file.h"
+#include "index_service.h"
 #include "java_hash.h"
 #include "crc32.h"
 #include "rmq_errors.h"

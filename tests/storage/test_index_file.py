@@ -1,4 +1,5 @@
-"""IndexFile / IndexService (csrc/index_file.c), driven through cffi."""
+"""IndexFile / IndexService (csrc/index_file.c, csrc/index_service.c), driven
+through cffi."""
 
 from __future__ import annotations
 
