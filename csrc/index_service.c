@@ -30,19 +30,20 @@ static int is_index_name(const char *name) {
     return i == INDEX_NAME_LEN;
 }
 
-static int cmp_names(const void *a, const void *b) {
+static int cmp_paths(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static void free_names(char **names, size_t n) {
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+static void free_paths(char **paths, size_t n) {
+    for (size_t i = 0; i < n; i++) free(paths[i]);
+    free(paths);
 }
 
-/* The IndexFile names in dir, oldest first; *names is NULL when there is
- * none. A missing dir is -ENOENT. */
-static int list_names(const char *dir, char ***names, size_t *n) {
-    *names = NULL;
+/* The paths of the IndexFiles in dir, oldest first (names are creation
+ * times, and one dir prefixes them all); *paths is NULL when there is none.
+ * A missing dir is -ENOENT. */
+static int list_paths(const char *dir, char ***paths, size_t *n) {
+    *paths = NULL;
     *n = 0;
     DIR *d = opendir(dir);
     if (!d) return -errno;
@@ -62,7 +63,7 @@ static int list_names(const char *dir, char ***names, size_t *n) {
             out = nn;
             cap = ncap;
         }
-        if (!(out[len] = strdup(de->d_name))) {
+        if (!(out[len] = rmq_path_join(dir, de->d_name))) {
             rc = -ENOMEM;
             break;
         }
@@ -70,11 +71,11 @@ static int list_names(const char *dir, char ***names, size_t *n) {
     }
     closedir(d);
     if (rc != RMQ_OK) {
-        free_names(out, len);
+        free_paths(out, len);
         return rc;
     }
-    if (len > 1) qsort(out, len, sizeof(*out), cmp_names);
-    *names = out;
+    if (len > 1) qsort(out, len, sizeof(*out), cmp_paths);
+    *paths = out;
     *n = len;
     return RMQ_OK;
 }
@@ -107,32 +108,21 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
                                    int64_t distrust_after_ts, int *dropped) {
     *dropped = 0;
     if (!dir || hash_slot_num <= 0 || index_num <= 1) return RMQ_EBAD_ARG;
-    char **names;
+    char **paths;
     size_t n;
-    int rc = list_names(dir, &names, &n);
+    int rc = list_paths(dir, &paths, &n);
     if (rc != RMQ_OK) return rc == -ENOENT ? RMQ_OK : rc;
     size_t newest = n; /* the newest file with a size, when distrusting */
-    for (size_t i = n; distrust_after_ts >= 0 && rc == RMQ_OK && i-- > 0;) {
-        char *path = rmq_path_join(dir, names[i]);
-        if (!path) {
-            rc = -ENOMEM;
-            break;
-        }
+    for (size_t i = n; distrust_after_ts >= 0 && i-- > 0;) {
         struct stat st;
-        int sized = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-        free(path);
-        if (sized) {
+        if (stat(paths[i], &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
             newest = i;
             break;
         }
     }
     int damaged = 0;
     for (size_t i = 0; i < n && rc == RMQ_OK; i++) {
-        char *path = rmq_path_join(dir, names[i]);
-        if (!path) {
-            rc = -ENOMEM;
-            break;
-        }
+        const char *path = paths[i];
         struct stat st;
         int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
         int64_t end_ts;
@@ -147,9 +137,8 @@ int rmq_index_service_drop_damaged(const char *dir, int32_t hash_slot_num, int32
             if (unlink(path) != 0) rc = -errno;
             else (*dropped)++;
         }
-        free(path);
     }
-    free_names(names, n);
+    free_paths(paths, n);
     return rc;
 }
 
@@ -171,19 +160,15 @@ int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index
     s->hash_slot_num = hash_slot_num;
     s->index_num = index_num;
 
-    char **names;
-    size_t n_names;
-    rc = list_names(dir, &names, &n_names);
+    char **paths;
+    size_t n;
+    rc = list_paths(dir, &paths, &n);
     if (rc != RMQ_OK) {
         free_service(s);
         return rc;
     }
-    for (size_t i = 0; i < n_names && rc == RMQ_OK; i++) {
-        char *path = rmq_path_join(dir, names[i]);
-        if (!path) {
-            rc = -ENOMEM;
-            break;
-        }
+    for (size_t i = 0; i < n && rc == RMQ_OK; i++) {
+        const char *path = paths[i];
         struct stat st;
         if (stat(path, &st) != 0) {
             rc = -errno;
@@ -201,9 +186,8 @@ int rmq_index_service_open(const char *dir, int32_t hash_slot_num, int32_t index
                 if (rc != RMQ_OK) rmq_index_file_close(f, 0);
             }
         }
-        free(path);
     }
-    free_names(names, n_names);
+    free_paths(paths, n);
     if (rc != RMQ_OK) {
         free_service(s);
         return rc;
