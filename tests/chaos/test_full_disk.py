@@ -26,6 +26,7 @@ import pytest
 import rmqcore
 from pyrmq import ConsumeFromWhere, Message, MessageQueue, Producer, PushConsumer
 from pyrmq.common.errors import DiskFullError, ServiceNotAvailableError
+from pyrmq.common.message import decode_offset_msg_id
 from pyrmq.storage import MessageStore, MessageStoreConfig
 from pyrmq.storage.check import check_store
 from pyrmq.testing.cluster import ProcessCluster
@@ -550,6 +551,14 @@ def test_retention_frees_a_full_disk_and_sending_resumes(
         # wait saw it; said again as the test's promise)
         lost = missing()
         assert not lost, f"{len(lost)} messages missing above the retention point: {lost[:10]}"
+        # and the retention point hides nothing still stored: the message
+        # just below it lies in a CommitLog segment that is gone
+        oldest_segment = int(sorted(os.listdir(fs / "broker-a" / "commitlog"))[0])
+        for q, offsets in by_queue.items():
+            below = offsets.get(left_from[q] - 1)
+            if below is not None:
+                _, at = decode_offset_msg_id(ledger.acked[below].offset_msg_id)
+                assert at < oldest_segment, (q, left_from[q], at, oldest_segment)
         return {
             "sent": len(ledger.sent),
             "acked": len(ledger.acked),
