@@ -40,6 +40,8 @@ class LocalChannel(Connection, ProxyChannel):
     Closing it is a connection closing for the broker (its producer and
     consumer tables let the client go)."""
 
+    carries_frames = False
+
     def __init__(self, server: RemotingServer, client_id: str, peer: str) -> None:
         super().__init__(server.handle, name="proxy", on_close=server.connection_closed)
         self.client_id = client_id

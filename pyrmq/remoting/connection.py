@@ -106,6 +106,11 @@ def _call(
 class Connection(asyncio.Protocol):
     """One remoting connection (Netty channel + NettyRemotingAbstract)."""
 
+    #: what is sent goes to the peer as frames, so send_bytes and
+    #: send_with_file_body serve; a proxy's in-process channel carries
+    #: commands instead (pyrmq/proxy/channel.py)
+    carries_frames = True
+
     def __init__(
         self,
         handler: RequestHandler | None,

@@ -350,3 +350,44 @@ def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str
     other = pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)
     r = call(channel, "GetOffset", other, pb.GetOffsetResponse)
     assert r.status.code == pb.Code.BAD_REQUEST and r.status.message
+
+
+def test_pull_of_bodies_past_the_sendfile_size(
+    channel: grpc.Channel, topics: dict[str, str]
+) -> None:
+    """A pull whose answer a socket would get by sendfile (16 KiB and more,
+    transferBySendfileMinBytes) reaches a proxy client whole: the proxy's
+    in-process channel takes the answer as a command."""
+    topic = topics["FIFO"]
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic))
+
+    def ends() -> dict[int, int]:
+        out = {}
+        for qid in (0, 1):
+            mq.id = qid
+            r = call(channel, "QueryOffset",
+                     pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
+                     pb.QueryOffsetResponse)  # fmt: skip
+            assert r.status.code == pb.Code.OK
+            out[qid] = r.offset
+        return out
+
+    before = ends()
+    bodies = [bytes([65 + i]) * 9000 for i in range(3)]
+    for b in bodies:
+        m = message(topic, b, message_type=pb.FIFO, message_group="big")
+        assert send(channel, m).status.code == pb.Code.OK
+    after = ends()
+    (qid,) = [q for q in after if after[q] - before[q] == 3]
+    mq.id = qid
+    pull = channel.unary_stream(
+        f"/{SERVICE}/PullMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.PullMessageResponse.FromString,
+    )
+    req = pb.PullMessageRequest(group=pb.Resource(name=unique("GIDbig")), message_queue=mq,
+                                offset=before[qid], batch_size=32)  # fmt: skip
+    answers = list(pull(req, timeout=TIMEOUT, metadata=CLIENT))
+    assert answers[0].status.code == pb.Code.OK, answers[0]
+    assert [a.message.body for a in answers if a.HasField("message")] == bodies
+    assert answers[-1].next_offset == after[qid]

@@ -321,8 +321,10 @@ class PullMessageProcessor:
         if tallies is not None:
             tallies.pulled(req.topic, req.group, r.message_count, total)
             tallies.pulled_to(req.group, req.topic, req.queue_id, r.next_begin_offset)
-        # over TLS the bytes must pass through the cipher: one gathered copy
-        if total >= self.sendfile_min_bytes and not conn.tls and conn.attrs.get("sendfile", True):
+        # over TLS the bytes must pass through the cipher: one gathered copy;
+        # a proxy's in-process channel takes the answer as a command
+        may_sendfile = conn.carries_frames and not conn.tls and conn.attrs.get("sendfile", True)
+        if total >= self.sendfile_min_bytes and may_sendfile:
             ranges = coalesce_ranges(r.ranges)
             items = []
             try:
