@@ -184,3 +184,23 @@ def test_sql92_errors_as_a_user_sees_them(arun, tmp_path):
             assert r.code == R.SYSTEM_ERROR and "SQL92" in (r.remark or ""), r
 
     arun(main())
+
+
+def test_a_filtered_pull_with_metrics_on(arun, tmp_path):
+    """With the Prometheus exporter on, a SQL92 pull is counted in the
+    messages-out tally like any other (it once failed on the count)."""
+
+    async def main() -> None:
+        metrics = {"metrics_exporter_type": "PROM", "metrics_prom_exporter_host": "127.0.0.1",
+                   "metrics_prom_exporter_port": 0}  # fmt: skip
+        async with cluster(tmp_path, enable_property_filter=True, **metrics) as (c, cl):
+            assert c.broker.pull_processor.tallies is not None
+            for i in range(4):
+                await send_ok(cl, c.broker_addr, "MetSqlT", b"m%d" % i, 0, props(a=str(i % 2)))
+            r = await pull(cl, c.broker_addr, "MetSqlT", 0, 0, group="CG-met",
+                           sub="a = 1", expression_type="SQL92")  # fmt: skip
+            assert r.code == R.SUCCESS, r
+            got = rmqcore.decode_records(r.body, True)
+            assert [m["body"] for m in got] == [b"m1", b"m3"]
+
+    arun(main())

@@ -319,7 +319,7 @@ class PullMessageProcessor:
             )
         tallies = self.tallies
         if tallies is not None:
-            tallies.pulled(req.topic, req.group, r.message_count, total)
+            tallies.pulled(req.topic, req.group, len(r.ranges), total)
             tallies.pulled_to(req.group, req.topic, req.queue_id, r.next_begin_offset)
         # over TLS the bytes must pass through the cipher: one gathered copy;
         # a proxy's in-process channel takes the answer as a command
