@@ -261,6 +261,20 @@ def encode_json_frame(
     ext: dict[str, Any],
     body: bytes | bytearray | memoryview,
 ) -> bytes: ...
+def pull_answer(
+    core: MessageStoreCore,
+    topic: str | bytes,
+    queue_id: int,
+    offset: int,
+    max_msgs: int,
+    max_bytes: int,
+    tags_codes: list[int] | None,
+    max_phys: int,
+    opaque: int,
+    version: int,
+    body_max: int,
+    slow_below: int = -1,
+) -> tuple[bytes | None, GetResult]: ...
 def send_request_fields(
     producer_group: str,
     topic: str,

@@ -276,6 +276,7 @@ class Broker:
             broker_role="SLAVE" if self.roles.slave else cfg.broker_role,
             slave_read_enable=cfg.slave_read_enable,
             memory_limit_bytes=_physical_memory() * cfg.access_message_in_memory_max_ratio // 100,
+            answer_in_c=cfg.pull_fast_path_enable,
         )
         cm = ConsumerManageProcessor(
             store,

@@ -157,6 +157,10 @@ class BrokerConfig:
     #: transactional or retry) is stored and answered in C
     #: (pyrmq/broker/processor/send_fast.py); false: every send in Python
     send_fast_path_enable: bool = True
+    #: pyrmq: a pull that finds messages (JSON header, no SQL92 filter, a
+    #: body below transferBySendfileMinBytes) is answered with one frame
+    #: built in C (rmqcore/_pullpath.pyx); false: every answer in Python
+    pull_fast_path_enable: bool = True
     #: threads that serve sends (RocketMQ's key; 1 as in RocketMQ 4.x): the
     #: event loop and sendMessageThreadPoolNums - 1 C send threads, which
     #: store and answer the C path's large chunks of pipelined sends on

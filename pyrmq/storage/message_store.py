@@ -605,6 +605,40 @@ class MessageStore:
             max_phys,
         )
 
+    def pull_answer(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tags_codes: Iterable[int] | None,
+        max_phys: int,
+        opaque: int,
+        version: int,
+        body_max: int,
+        slow_below: int = -1,
+    ) -> tuple[bytes | None, rmqcore.GetResult]:
+        """get_message, and when it finds at most body_max bytes of records,
+        the PULL_MESSAGE SUCCESS answer frame for a JSON request of this
+        opaque and version, built in one C call (rmqcore/_pullpath.pyx):
+        (frame or None, the get result)."""
+        cfg = self.config
+        n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
+        return rmqcore.pull_answer(
+            self.core,
+            topic,
+            queue_id,
+            offset,
+            max(n, 1),
+            cfg.max_transfer_bytes_on_message_in_memory,
+            list(tags_codes) if tags_codes else None,
+            max_phys,
+            opaque,
+            version,
+            body_max,
+            slow_below,
+        )
+
     def read(self, ranges: Sequence[tuple[int, int]]) -> bytes:
         """The records of a GetResult as one buffer (the copying path)."""
         return self.core.read_ranges(ranges)

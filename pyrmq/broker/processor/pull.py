@@ -6,7 +6,10 @@ at once) or suspendTimeoutMillis passes; then it is answered like a fresh
 pull. Bodies of at least transfer_by_sendfile_min_bytes go to the socket by
 sendfile from the pinned CommitLog segments; smaller ones are gathered into
 one copy (measured: per-range sendfile of small records is slower). TLS
-connections always take the copy."""
+connections always take the copy. A copied answer to a JSON request
+without a SQL92 filter is built whole in C (store.pull_answer, one call
+from the get to the frame; pullFastPathEnable); the others here, from the
+same get result (tests/integration/test_pull_fast.py pins the two)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from pyrmq.common.subscription import SubscriptionData
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.metrics import BrokerTallies
 from pyrmq.remoting import RemotingCommand, ResponseCode
+from pyrmq.remoting.command import SERIALIZE_JSON
 from pyrmq.remoting.connection import Connection, FileRanges
 from pyrmq.storage import MessageStore
 from pyrmq.storage.zero_copy import coalesce_ranges
@@ -50,6 +54,8 @@ MAX_SUSPEND_MS = 20_000
 #: client flooding pulls on empty queues cannot grow the broker's memory
 #: (a RocketMQ client keeps about one outstanding pull per queue)
 MAX_HELD_PER_CONNECTION = 4096
+#: body_max of a pull that is never sent by sendfile (TLS): any size
+MAX_COPIED_BODY = 1 << 62
 #: seconds before an error answers a pull that allowed suspending
 ERROR_BACKOFF = 1.0
 
@@ -155,6 +161,7 @@ class PullMessageProcessor:
         broker_role: str = "ASYNC_MASTER",
         slave_read_enable: bool = False,
         memory_limit_bytes: int = 0,
+        answer_in_c: bool = True,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -171,6 +178,11 @@ class PullMessageProcessor:
         #: CommitLog's end (accessMessageInMemoryMaxRatio of RAM)
         self.slave_read_enable = slave_read_enable
         self.memory_limit_bytes = memory_limit_bytes
+        #: pullFastPathEnable: answer what a common pull finds with one
+        #: frame built in C (store.pull_answer)
+        self.answer_in_c = answer_in_c
+        #: pulls answered so (runtime info, tests, the benchmarks)
+        self.answered_in_c = 0
         #: metrics on: messages out and pull offsets are counted here
         self.tallies: BrokerTallies | None = None
         #: controller mode, on a master: the CommitLog offset its SyncStateSet
@@ -274,14 +286,45 @@ class PullMessageProcessor:
         """Answer req if there is something to say; False means "nothing
         yet" (only when not final)."""
         store = self.store
+        conn, cmd = req.conn, req.cmd
         # a controller-mode master serves only what its SyncStateSet holds:
         # a record beyond that is as if it had not arrived (held, or 19)
         limit = self.confirm_limit() if self.confirm_limit is not None else -1
-        r: Any = store.get_message(
-            req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None, limit
-        )
-        if req.sql is not None:
-            r = _filter_by_properties(store, req, r, limit)
+        r: Any
+        if (
+            self.answer_in_c
+            and req.sql is None
+            and cmd.serialize_type == SERIALIZE_JSON
+            and conn.carries_frames
+        ):
+            # the common pull: what it finds is answered with one frame
+            # built in C, unless its body goes by sendfile
+            frame, r = store.pull_answer(
+                req.topic,
+                req.queue_id,
+                req.offset,
+                req.max_msgs,
+                req.codes or None,
+                limit,
+                cmd.opaque,
+                cmd.version,
+                self.sendfile_min_bytes - 1 if self._may_sendfile(conn) else MAX_COPIED_BODY,
+                # suggest the slave past this point (as _consuming_slowly)
+                self.store.commit_log_max_offset - self.memory_limit_bytes
+                if self.slave_read_enable
+                else -1,
+            )
+            if frame is not None:
+                self.answered_in_c += 1
+                self._count(req, r)
+                conn.send_bytes(frame)
+                return True
+        else:
+            r = store.get_message(
+                req.topic, req.queue_id, req.offset, req.max_msgs, req.codes or None, limit
+            )
+            if req.sql is not None:
+                r = _filter_by_properties(store, req, r, limit)
         status = r.status
         code = _CODE_OF_STATUS.get(status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
@@ -307,24 +350,14 @@ class PullMessageProcessor:
             "maxOffset": str(r.max_offset),
             "suggestWhichBrokerId": "1" if self._consuming_slowly(r) else "0",
         }
-        conn, cmd = req.conn, req.cmd
         if code != ResponseCode.SUCCESS:
             conn.send(cmd.response(code, ext, remark=status))
             return True
         resp = cmd.response(ResponseCode.SUCCESS, ext)
         total = r.total_bytes
-        if self.stats is not None:
-            self.stats.inc_group_get(
-                cmd.ext_fields.get("consumerGroup", ""), req.topic, len(r.ranges), total
-            )
-        tallies = self.tallies
-        if tallies is not None:
-            tallies.pulled(req.topic, req.group, len(r.ranges), total)
-            tallies.pulled_to(req.group, req.topic, req.queue_id, r.next_begin_offset)
-        # over TLS the bytes must pass through the cipher: one gathered copy;
-        # a proxy's in-process channel takes the answer as a command
-        may_sendfile = conn.carries_frames and not conn.tls and conn.attrs.get("sendfile", True)
-        if total >= self.sendfile_min_bytes and may_sendfile:
+        self._count(req, r)
+        # over TLS the bytes must pass through the cipher: one gathered copy
+        if total >= self.sendfile_min_bytes and self._may_sendfile(conn):
             ranges = coalesce_ranges(r.ranges)
             items = []
             try:
@@ -339,6 +372,24 @@ class PullMessageProcessor:
             resp.body = store.read(r.ranges)
             conn.send(resp)
         return True
+
+    @staticmethod
+    def _may_sendfile(conn: Connection) -> bool:
+        """Over TLS the bytes must pass through the cipher: one gathered
+        copy; a connection may also have sendfile turned off, and a proxy's
+        in-process channel takes the answer as a command."""
+        return conn.carries_frames and not conn.tls and conn.attrs.get("sendfile", True)
+
+    def _count(self, req: PullRequest, r: Any) -> None:
+        """The statistics and metrics of a pull that found messages (r a
+        GetResult, or the _Filtered of a property filter)."""
+        n = len(r.ranges)
+        if self.stats is not None:
+            self.stats.inc_group_get(req.group, req.topic, n, r.total_bytes)
+        tallies = self.tallies
+        if tallies is not None:
+            tallies.pulled(req.topic, req.group, n, r.total_bytes)
+            tallies.pulled_to(req.group, req.topic, req.queue_id, r.next_begin_offset)
 
     def _consuming_slowly(self, r: Any) -> bool:
         """RocketMQ's suggestPullingFromSlave: the pulled data is further
