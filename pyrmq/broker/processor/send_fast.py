@@ -225,14 +225,17 @@ class SendFastPath:
         self._close_lanes()
 
     def _settle(self, conn: Connection, chunk: rmqcore.SendChunk, t0: int) -> None:
-        """What follows a chunk's puts: its bookkeeping, then its answers."""
+        """What follows a chunk's puts: its answers, then its bookkeeping
+        (the arrival notices among it), then the pulls it woke. The answers
+        go first: the stored records need nothing from the bookkeeping, and
+        a producer's ack then leaves ~20 µs sooner (bench/README.md,
+        "Produce to consume")."""
         self.served += chunk.handled
+        self._answer(conn, chunk, t0)
         try:
             self._book(chunk)
         except Exception:
-            # the sends are stored: they are answered all the same
             log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
-        self._answer(conn, chunk, t0)
         if chunk.touched and self.after_answers is not None:
             try:
                 self.after_answers()
