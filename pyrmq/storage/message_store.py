@@ -593,17 +593,26 @@ class MessageStore:
         offset, within maxTransferBytes/CountOnMessageInMemory; max_phys >=
         0: only records that end at or below it (a controller-mode master's
         confirmOffset), OFFSET_OVERFLOW_ONE when the first does not."""
+        return self.core.get_message(
+            *self._get_args(topic, queue_id, offset, max_msgs, tags_codes, max_phys)
+        )
+
+    def _get_args(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tags_codes: Iterable[int] | None,
+        max_phys: int,
+    ) -> tuple[str, int, int, int, int, list[int] | None, int]:
+        """The core's get arguments: max_msgs and the bytes bounded by
+        maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory."""
         cfg = self.config
         n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
-        return self.core.get_message(
-            topic,
-            queue_id,
-            offset,
-            max(n, 1),
-            cfg.max_transfer_bytes_on_message_in_memory,
-            list(tags_codes) if tags_codes else None,
-            max_phys,
-        )
+        tags = list(tags_codes) if tags_codes else None
+        return (topic, queue_id, offset, max(n, 1), cfg.max_transfer_bytes_on_message_in_memory,
+                tags, max_phys)  # fmt: skip
 
     def pull_answer(
         self,
@@ -622,22 +631,8 @@ class MessageStore:
         the PULL_MESSAGE SUCCESS answer frame for a JSON request of this
         opaque and version, built in one C call (rmqcore/_pullpath.pyx):
         (frame or None, the get result)."""
-        cfg = self.config
-        n = min(max_msgs, cfg.max_transfer_count_on_message_in_memory)
-        return rmqcore.pull_answer(
-            self.core,
-            topic,
-            queue_id,
-            offset,
-            max(n, 1),
-            cfg.max_transfer_bytes_on_message_in_memory,
-            list(tags_codes) if tags_codes else None,
-            max_phys,
-            opaque,
-            version,
-            body_max,
-            slow_below,
-        )
+        args = self._get_args(topic, queue_id, offset, max_msgs, tags_codes, max_phys)
+        return rmqcore.pull_answer(self.core, *args, opaque, version, body_max, slow_below)
 
     def read(self, ranges: Sequence[tuple[int, int]]) -> bytes:
         """The records of a GetResult as one buffer (the copying path)."""

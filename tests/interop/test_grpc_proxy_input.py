@@ -297,6 +297,19 @@ def test_bad_receives_acks_and_changes(channel: grpc.Channel, topics: dict[str, 
     assert r.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME, r
 
 
+def end_offsets(channel: grpc.Channel, mq: Any) -> dict[int, int]:
+    """QueryOffset END of queues 0 and 1 of mq's topic (mq.id is left at 1)."""
+    out = {}
+    for qid in (0, 1):
+        mq.id = qid
+        r = call(channel, "QueryOffset",
+                 pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
+                 pb.QueryOffsetResponse)  # fmt: skip
+        assert r.status.code == pb.Code.OK
+        out[qid] = r.offset
+    return out
+
+
 def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str, str]) -> None:
     topic = topics["FIFO"]
     sent = [message(topic, f"pull-{i}".encode(), message_type=pb.FIFO, message_group="pg")
@@ -306,14 +319,7 @@ def test_pull_consumer_offsets_and_pulls(channel: grpc.Channel, topics: dict[str
     group = unique("GIDpull")
     mq = pb.MessageQueue(topic=pb.Resource(name=topic))
     # the group's queue: where the message group went
-    end = {}
-    for qid in (0, 1):
-        mq.id = qid
-        r = call(channel, "QueryOffset",
-                 pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
-                 pb.QueryOffsetResponse)  # fmt: skip
-        assert r.status.code == pb.Code.OK
-        end[qid] = r.offset
+    end = end_offsets(channel, mq)
     qid = max(end, key=lambda q: end[q])
     mq.id = qid
     begin = call(channel, "QueryOffset",
@@ -360,24 +366,12 @@ def test_pull_of_bodies_past_the_sendfile_size(
     in-process channel takes the answer as a command."""
     topic = topics["FIFO"]
     mq = pb.MessageQueue(topic=pb.Resource(name=topic))
-
-    def ends() -> dict[int, int]:
-        out = {}
-        for qid in (0, 1):
-            mq.id = qid
-            r = call(channel, "QueryOffset",
-                     pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END),
-                     pb.QueryOffsetResponse)  # fmt: skip
-            assert r.status.code == pb.Code.OK
-            out[qid] = r.offset
-        return out
-
-    before = ends()
+    before = end_offsets(channel, mq)
     bodies = [bytes([65 + i]) * 9000 for i in range(3)]
     for b in bodies:
         m = message(topic, b, message_type=pb.FIFO, message_group="big")
         assert send(channel, m).status.code == pb.Code.OK
-    after = ends()
+    after = end_offsets(channel, mq)
     (qid,) = [q for q in after if after[q] - before[q] == 3]
     mq.id = qid
     pull = channel.unary_stream(
