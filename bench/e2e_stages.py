@@ -1,0 +1,266 @@
+"""Where one message's produce-to-consume time goes, stage by stage.
+
+    python -m bench.e2e_stages [--seconds 4] [--rate 1000] [--dir DIR]
+
+A ``pyrmq standalone`` (ASYNC_FLUSH) and this process, running
+bench._e2e's produce-to-consume case (a Producer's ``send_async`` at a
+fixed rate, a PushConsumer listening), both stamp every socket write and
+read of asyncio's selector transport and the entry of a few named
+functions with ``time.perf_counter_ns`` (one monotonic clock for both
+processes). Each message's stamps are then followed from its send to its
+listener and the median of every stage is printed (bench/README.md,
+"Produce to consume"). The stamps cost ~1-2 µs each, so the total is a
+little above an unstamped run's.
+
+Which connection is which is told by frame sizes: the producer's sends
+are larger than the consumer's pull requests, the broker's pull answers
+(with a 128 B message) larger than its acks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import functools
+import importlib
+import json
+import os
+import runpy
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any
+
+#: (time ns, label, bytes, fd) of everything stamped in this process
+EVENTS: list[tuple[int, str, int, int]] = []
+
+#: functions stamped on entry: (module, class, function, label)
+BROKER_MARKS = (
+    ("pyrmq.broker.processor.send_fast", "SendFastPath", "split", "split"),
+    ("pyrmq.broker.processor.send_fast", "SendFastPath", "_settle", "settle"),
+    ("pyrmq.broker.processor.pull", "PullMessageProcessor", "wake_held", "wake"),
+)
+CLIENT_MARKS = (
+    ("pyrmq.producer.producer", "Producer", "send_async", "send_async"),
+    ("pyrmq.consumer.push_consumer", "PushConsumer", "_pulled", "pulled"),
+)
+
+
+def install(marks: tuple[tuple[str, str, str, str], ...]) -> None:
+    """Stamp the selector transport's writes and reads, and marks."""
+    import asyncio.selector_events as se
+
+    clock, events = time.perf_counter_ns, EVENTS
+    cls: Any = se._SelectorSocketTransport
+    write, read = cls.write, cls._read_ready__data_received
+
+    def stamped_write(self: Any, data: Any) -> None:
+        events.append((clock(), "W", len(data), self._sock_fd))
+        write(self, data)
+
+    def stamped_read(self: Any) -> None:
+        events.append((clock(), "R", 0, self._sock_fd))
+        read(self)
+
+    cls.write, cls._read_ready__data_received = stamped_write, stamped_read
+    for module, name, fn, label in marks:
+        owner = getattr(importlib.import_module(module), name)
+        setattr(owner, fn, _marked(owner.__dict__[fn], label))
+
+
+def _marked(f: Any, label: str) -> Any:
+    clock, events = time.perf_counter_ns, EVENTS
+
+    @functools.wraps(f)
+    def w(*a: Any, **k: Any) -> Any:
+        events.append((clock(), label, 0, -1))
+        return f(*a, **k)
+
+    return w
+
+
+def broker_main(argv: list[str]) -> None:
+    """``pyrmq <argv>`` stamped: SIGUSR1 clears, SIGUSR2 writes the stamps
+    to $STAGES_OUT."""
+    install(BROKER_MARKS)
+
+    def dump(*_: Any) -> None:
+        with open(os.environ["STAGES_OUT"], "w") as f:
+            json.dump(EVENTS, f)
+
+    signal.signal(signal.SIGUSR1, lambda *_: EVENTS.clear())
+    signal.signal(signal.SIGUSR2, dump)
+    sys.argv = ["pyrmq", *argv]
+    runpy.run_module("pyrmq", run_name="__main__")
+
+
+async def _drive(srv: Any, seconds: float, rate: float) -> list[tuple[int, int]]:
+    """The e2e case with the broker's stamps on for its measured part; the
+    (received ns, stamped ns) of each message the listener saw."""
+    from bench import _e2e
+    from bench.client_bench import PyrmqAdapter
+    from pyrmq import Producer
+
+    seen: list[tuple[int, int]] = []
+    async with Producer("bench-e2e-stages", srv.namesrv) as p:
+        a = PyrmqAdapter(srv, p)
+        body = _e2e.body_of(128)
+        s = await a.new_stream("stages")
+        await a.awaited_send(s, bytes(8) + body[8:])()
+        probe = _e2e.LatencyProbe()
+        saw = probe.saw
+
+        def seen_too(b: bytes) -> None:
+            seen.append((time.perf_counter_ns(), int.from_bytes(b[:8], "big")))
+            saw(b)
+
+        probe.saw = seen_too  # type: ignore[method-assign]
+        stop = await a.listen(s, probe)
+        fire = a.fire(s, _e2e.Flow())
+
+        async def start_stamps() -> None:
+            await asyncio.sleep(1.0)  # the warm-up
+            EVENTS.clear()
+            seen.clear()
+            os.kill(srv.pid, signal.SIGUSR1)
+
+        starter = asyncio.ensure_future(start_stamps())
+        await _e2e.fixed_rate(fire, body, rate, 1.0, seconds, probe)
+        await starter
+        os.kill(srv.pid, signal.SIGUSR2)
+        await asyncio.sleep(0.5)
+        await stop()
+    return [x for x in seen if x[1]]
+
+
+def _two_fds(events: list[Any]) -> tuple[int, int]:
+    """The two fds written most: (smaller frames, larger frames)."""
+    sizes: dict[int, list[int]] = defaultdict(list)
+    for _, kind, n, fd in events:
+        if kind == "W":
+            sizes[fd].append(n)
+    busiest = sorted(sizes, key=lambda fd: -len(sizes[fd]))[:2]
+    small, large = sorted(busiest, key=lambda fd: statistics.median(sizes[fd]))
+    return small, large
+
+
+class _Timeline:
+    def __init__(self, events: list[Any]) -> None:
+        self.ev = sorted(tuple(e) for e in events)
+        self.t = [e[0] for e in self.ev]
+
+    def next(self, t: int, kind: str, fd: int | None = None, within: int = 5_000_000) -> int | None:
+        """The time of the first `kind` event (on fd) at or after t."""
+        for i in range(bisect.bisect_left(self.t, t), len(self.ev)):
+            e = self.ev[i]
+            if e[0] - t > within:
+                return None
+            if e[1] == kind and (fd is None or e[3] == fd):
+                return int(e[0])
+        return None
+
+
+STAGES = (
+    ("stamp", "send_async", "client: stamped -> send_async called"),
+    ("send_async", "c_send", "client: send_async -> the send's write"),
+    ("c_send", "b_read", "the broker wakes and reads it"),
+    ("b_read", "split", "broker: read -> C split"),
+    ("split", "settle", "broker: checks, C put -> settle"),
+    ("settle", "b_ack", "broker: settle -> ack written"),
+    ("b_ack", "wake", "broker: ack written -> held pulls woken"),
+    ("wake", "b_pull", "broker: woken -> pull answer written"),
+    ("b_ack", "c_ack", "client: ack written -> ack read"),
+    ("c_ack", "c_pull", "client: ack read -> pull answer read"),
+    ("b_pull", "c_pull", "client: pull answer written -> read"),
+    ("c_pull", "pulled", "client: pull answer read -> _pulled"),
+    ("pulled", "seen", "client: _pulled -> the listener sees it"),
+    ("stamp", "seen", "total"),
+)
+
+
+def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) -> dict[str, Any]:
+    """Per stage, the median and p90 in µs over the messages followed."""
+    c, b = _Timeline(client), _Timeline(broker)
+    c_pull_fd, c_send_fd = _two_fds(client)
+    b_ack_fd, b_pull_fd = _two_fds(broker)
+    got: dict[str, list[int]] = defaultdict(list)
+    followed = 0
+    for seen_at, stamp in seen:
+        at: dict[str, int | None] = {"stamp": stamp, "seen": seen_at}
+        at["send_async"] = c.next(stamp, "send_async")
+        at["c_send"] = c.next(stamp, "W", c_send_fd)
+        if at["c_send"] is None:
+            continue
+        at["b_read"] = b.next(at["c_send"], "R")
+        if at["b_read"] is None:
+            continue
+        at["split"] = b.next(at["b_read"], "split")
+        at["settle"] = b.next(at["b_read"], "settle")
+        at["b_ack"] = b.next(at["b_read"], "W", b_ack_fd)
+        if at["b_ack"] is None:
+            continue
+        at["wake"] = b.next(at["b_ack"], "wake")
+        at["b_pull"] = b.next(at["b_ack"], "W", b_pull_fd)
+        at["c_ack"] = c.next(at["b_ack"], "R", c_send_fd)
+        if at["b_pull"] is None or at["b_pull"] > seen_at:
+            continue
+        at["c_pull"] = c.next(at["b_pull"], "R", c_pull_fd)
+        if at["c_pull"] is not None:
+            at["pulled"] = c.next(at["c_pull"], "pulled")
+        followed += 1
+        for a, z, name in STAGES:
+            ta, tz = at.get(a), at.get(z)
+            if ta is not None and tz is not None and tz >= ta:
+                got[name].append(tz - ta)
+    rows = {}
+    for _, _, name in STAGES:
+        xs = sorted(got[name])
+        if xs:
+            rows[name] = {
+                "p50_us": round(xs[len(xs) // 2] / 1000, 1),
+                "p90_us": round(xs[int(len(xs) * 0.9)] / 1000, 1),
+                "n": len(xs),
+            }
+    return {"messages": len(seen), "followed": followed, "stages": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["broker"]:
+        broker_main(argv[1:])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--json", help="write the result here too")
+    args = ap.parse_args(argv)
+    import bench.broker_load as bl
+
+    install(CLIENT_MARKS)
+    workdir = tempfile.mkdtemp(prefix="pyrmq-bench-stages-", dir=args.dir)
+    out = os.path.join(workdir, "broker-stamps.json")
+    os.environ["STAGES_OUT"] = out
+    cmd = [sys.executable, "-m", "bench.e2e_stages", "broker", "standalone",
+           "--store", os.path.join(workdir, "store"), "--namesrv-port", "0",
+           "--broker-port", "0", "--host", "127.0.0.1", "--flush", "ASYNC_FLUSH"]  # fmt: skip
+    with bl._spawn("standalone", cmd, workdir) as srv:
+        seen = asyncio.run(_drive(srv, args.seconds, args.rate))
+        with open(out) as f:
+            broker = json.load(f)
+    doc = {"rate": args.rate, "seconds": args.seconds, **stages(EVENTS, broker, seen)}
+    print(f"{doc['followed']:,} of {doc['messages']:,} messages followed; medians (p90), µs")
+    for name, row in doc["stages"].items():
+        print(f"  {name:48s} {row['p50_us']:8.1f}  ({row['p90_us']:.1f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
