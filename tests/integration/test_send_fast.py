@@ -461,3 +461,54 @@ def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
             await c.shutdown()
 
     arun(main(), timeout=60)
+
+
+def test_stored_sends_are_told_even_when_their_answers_fail(arun, tmp_path):
+    """The answers of a chunk served in C go first; if writing them fails,
+    the sends are stored all the same, so the bookkeeping after them still
+    runs: a pull held on the queue is woken by the arrival notice."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"))
+        await c.start()
+        consumer = RemotingClient(name="consumer")
+        p = Peer(c)
+        try:
+            fast = c.broker.server.fast_path
+            assert fast is not None
+            await p.connect(topic_queues=1)
+            assert p.writer is not None
+            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
+            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
+            assert a is not None and a.code == R.SUCCESS, a  # the Python path: it teaches the topic
+            held = asyncio.ensure_future(
+                pull(consumer, c.broker_addr, TOPIC, 0, 1, sysflag=2 | 4, suspend_ms=15_000,
+                     timeout=20)
+            )  # fmt: skip
+
+            async def is_held() -> bool:
+                return c.broker.pull_processor.held_count == 1 or held.done()
+
+            assert await wait_for(is_held, 10), "the pull was not held"
+            failed: list[int] = []
+
+            def answer_fails(conn: Any, chunk: Any, t0: int) -> None:
+                failed.append(chunk.handled)
+                raise RuntimeError("the answers could not be written")
+
+            fast._answer = answer_fails  # type: ignore[method-assign]
+            second = send_fields(TOPIC, 0, props(UNIQ_KEY="second"))
+            p.writer.write(RemotingCommand(RC.SEND_MESSAGE, second, b"m1").encode())
+            # well inside the pull's 15 s suspend time: woken, not expired
+            r = await asyncio.wait_for(held, 10)
+            assert failed == [1], failed
+            assert r.code == R.SUCCESS, r
+            (m,) = rmqcore.decode_records(r.body)
+            assert (m["body"], m["queue_offset"]) == (b"m1", 1)
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await consumer.shutdown()
+            await c.shutdown()
+
+    arun(main(), timeout=60)

@@ -231,11 +231,15 @@ class SendFastPath:
         a producer's ack then leaves ~20 µs sooner (bench/README.md,
         "Produce to consume")."""
         self.served += chunk.handled
-        self._answer(conn, chunk, t0)
         try:
-            self._book(chunk)
-        except Exception:
-            log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
+            self._answer(conn, chunk, t0)
+        finally:
+            # the sends are stored whatever happened to their answers: the
+            # pulls and the allocation must hear of them all the same
+            try:
+                self._book(chunk)
+            except Exception:
+                log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
         if chunk.touched and self.after_answers is not None:
             try:
                 self.after_answers()
