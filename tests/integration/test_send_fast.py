@@ -397,6 +397,29 @@ def test_rpc_metrics_count_sends_served_in_c(arun, tmp_path):
     arun(main(), timeout=60)
 
 
+async def _pull_held_behind_first_send(
+    p: Peer, consumer: RemotingClient
+) -> asyncio.Future[RemotingCommand]:
+    """Open p's connection to a one-queue TOPIC, send its first message (the
+    Python path: it teaches the C path the topic), then hold a pull for the
+    next one (15 s suspend); the pull's answer, once it is held."""
+    c = p.c
+    await p.connect(topic_queues=1)
+    first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
+    a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
+    assert a is not None and a.code == R.SUCCESS, a
+    held = asyncio.ensure_future(
+        pull(consumer, c.broker_addr, TOPIC, 0, 1, sysflag=2 | 4, suspend_ms=15_000, timeout=20)
+    )
+
+    async def is_held() -> bool:
+        return c.broker.pull_processor.held_count == 1 or held.done()
+
+    assert await wait_for(is_held, 10), "the pull was not held"
+    assert not held.done(), held.result()
+    return held
+
+
 def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
     """A pull held on a queue is answered inside the read callback whose
     send, served in C, woke it (SendFastPath.after_answers, the pull
@@ -422,28 +445,7 @@ def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
                 return out
 
             fast.split = watched  # type: ignore[method-assign]  # before p's connection
-            await p.connect(topic_queues=1)
-            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
-            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
-            assert a is not None and a.code == R.SUCCESS, a  # the Python path: it teaches the topic
-            held = asyncio.ensure_future(
-                pull(
-                    consumer,
-                    c.broker_addr,
-                    TOPIC,
-                    0,
-                    1,
-                    sysflag=2 | 4,
-                    suspend_ms=10_000,
-                    timeout=15,
-                )
-            )
-
-            async def is_held() -> bool:
-                return holds.held_count == 1 or held.done()
-
-            assert await wait_for(is_held, 10), "the pull was not held"
-            assert not held.done(), held.result()
+            held = await _pull_held_behind_first_send(p, consumer)
             second = send_fields(TOPIC, 0, props(UNIQ_KEY="second"))
             a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, second, b"m1").encode(), False)
             assert a is not None and a.code == R.SUCCESS, a
@@ -476,20 +478,8 @@ def test_stored_sends_are_told_even_when_their_answers_fail(arun, tmp_path):
         try:
             fast = c.broker.server.fast_path
             assert fast is not None
-            await p.connect(topic_queues=1)
+            held = await _pull_held_behind_first_send(p, consumer)
             assert p.writer is not None
-            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
-            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
-            assert a is not None and a.code == R.SUCCESS, a  # the Python path: it teaches the topic
-            held = asyncio.ensure_future(
-                pull(consumer, c.broker_addr, TOPIC, 0, 1, sysflag=2 | 4, suspend_ms=15_000,
-                     timeout=20)
-            )  # fmt: skip
-
-            async def is_held() -> bool:
-                return c.broker.pull_processor.held_count == 1 or held.done()
-
-            assert await wait_for(is_held, 10), "the pull was not held"
             failed: list[int] = []
 
             def answer_fails(conn: Any, chunk: Any, t0: int) -> None:
