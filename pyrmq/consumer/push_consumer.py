@@ -594,12 +594,13 @@ class PushConsumer(ConsumerBase):
     ) -> None:
         """A pull's answer, in the read callback that received it: the
         messages found go to the ProcessQueue and to the listener here, so
-        the listener's task runs at the next loop iteration, ahead of the
-        pull loop that resumes then to send the next pull (resuming the
-        loop first to hand them over cost a loop turn more of the
-        produce-to-consume latency: bench/README.md, "Produce to consume").
-        The loop gets the result (msg_found_list: what passed the
-        subscription's filter) or the error."""
+        the listener's task runs ahead of the pull loop that resumes then
+        to send the next pull (resuming the loop first to hand them over
+        cost a loop turn more of the produce-to-consume latency:
+        bench/README.md, "Produce to consume"); on Python 3.12 and later
+        the listener starts right here (consume_service._start). The loop
+        gets the result (msg_found_list: what passed the subscription's
+        filter) or the error."""
         if pulled.done():  # the pull loop was cancelled
             return
         if exc is not None or resp is None:
@@ -615,9 +616,11 @@ class PushConsumer(ConsumerBase):
                     pq.put_message(msgs)
                     self.consume_service.submit_consume_request(msgs, pq, mq)
         except Exception as e:  # the loop re-raises it, as when it decoded the answer itself
-            pulled.set_exception(e)
+            if not pulled.done():
+                pulled.set_exception(e)
             return
-        pulled.set_result(result)
+        if not pulled.done():  # a listener run eagerly may have stopped the consumer
+            pulled.set_result(result)
 
     # -- retries ------------------------------------------------------------------------------
 

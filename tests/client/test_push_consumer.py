@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -327,6 +328,66 @@ def test_coroutine_listener_runs_on_the_loop_and_function_listener_in_a_pool(aru
             assert all(n.startswith("pyrmq-consume-G_func") for n in func_threads), func_threads
 
     arun(main(), timeout=30)
+
+
+def _called_from(name: str) -> bool:
+    """Whether a function called `name` is on the calling thread's stack."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == name:
+            return True
+        f = f.f_back
+    return False
+
+
+def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, tmp_path):
+    """On Python 3.12+ the listener of a pull's messages starts inside the
+    read callback that decoded them (an eager task), before 3.12 a loop turn
+    later; either way it runs as a task of its own (asyncio.timeout works,
+    current_task is named), a listener that waits and one that does not
+    both get every message once, and the offsets of both are committed."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as c:
+            producer = Producer("pg", c.namesrv_addr)
+            got: list[str] = []
+            tasks: set[str] = set()
+            in_read_callback: list[bool] = []
+
+            async def listener(msgs: list[MessageExt], ctx: Any) -> None:
+                in_read_callback.append(_called_from("_pulled"))
+                task = asyncio.current_task()
+                assert task is not None
+                tasks.add(task.get_name())
+                async with asyncio.timeout(5):
+                    for m in msgs:
+                        if int(m.body) % 2:
+                            await asyncio.sleep(0.001)  # suspends: the rest runs later
+                        got.append(m.body.decode())
+
+            bodies = [str(i) for i in range(40)]
+            consumer = push(c.namesrv_addr, "G_eager", "EagerT", listener, consume_from_where=FIRST)
+            async with running(producer):
+                await send_bodies(producer, "EagerT", bodies[:1])
+                async with running(consumer):
+                    await wait_until(started_on(consumer, "EagerT", 4), "the pulls to start")
+                    for b in bodies[1:]:  # one at a time: each woken pull brings one
+                        await producer.send(Message("EagerT", b.encode()))
+                    await wait_until(lambda: len(got) >= len(bodies), "every message")
+                    await asyncio.sleep(0.2)  # nothing comes twice
+                    ends = {
+                        mq: await producer.client.api.get_max_offset(c.broker_addr, mq)
+                        for mq in owned(consumer, "EagerT")
+                    }
+                    table = consumer.offset_store.clone_offset_table("EagerT")
+            assert sorted(got, key=int) == bodies
+            assert tasks == {"pyrmq:consumer:consume"}
+            assert table == ends
+            # the first batches of a new consumer come from a pull answered
+            # at once; those the sends woke went through _pulled
+            assert any(in_read_callback) is (sys.version_info >= (3, 12)), in_read_callback
+
+    arun(main(), timeout=60)
 
 
 # -- where a new group starts, and committed offsets -----------------------------------------
