@@ -225,33 +225,40 @@ class SendFastPath:
         self._close_lanes()
 
     def _settle(self, conn: Connection, chunk: rmqcore.SendChunk, t0: int) -> None:
-        """What follows a chunk's puts: its answers, then its bookkeeping
-        (the arrival notices among it), then the pulls it woke. The answers
-        go first: the stored records need nothing from the bookkeeping, and
-        a producer's ack then leaves ~20 µs sooner (bench/README.md,
-        "Produce to consume")."""
+        """What follows a chunk's puts: its answers, its arrival notices, the
+        pulls they woke, then its statistics. Each waits only for what it
+        needs: a producer's ack needs nothing but the stored records (it
+        leaves ~20 µs sooner than behind the rest), a consumer's pull answer
+        the arrival notice, and nobody waits for the statistics
+        (bench/README.md, "Produce to consume")."""
         self.served += chunk.handled
         try:
             self._answer(conn, chunk, t0)
         finally:
             # the sends are stored whatever happened to their answers: the
             # pulls and the allocation must hear of them all the same
-            try:
-                self._book(chunk)
-            except Exception:
-                log.exception("bookkeeping after %d sends served in C failed", chunk.handled)
+            self._after(chunk)
+
+    def _after(self, chunk: rmqcore.SendChunk) -> None:
+        n = chunk.handled
+        try:
+            self._store.appended(
+                chunk.needs_allocate, [(t.decode(), q, end) for t, q, end in chunk.touched]
+            )
+        except Exception:
+            log.exception("arrival notices after %d sends served in C failed", n)
         if chunk.touched and self.after_answers is not None:
             try:
                 self.after_answers()
             except Exception:
-                log.exception("waking the pulls after %d sends served in C failed", chunk.handled)
+                log.exception("waking the pulls after %d sends served in C failed", n)
+        try:
+            self._tally(chunk)
+        except Exception:
+            log.exception("statistics after %d sends served in C failed", n)
 
-    def _book(self, chunk: rmqcore.SendChunk) -> None:
-        """The store's wake-ups and arrival notices, the topic statistics and
-        the metrics' message tallies of a chunk."""
-        self._store.appended(
-            chunk.needs_allocate, [(t.decode(), q, end) for t, q, end in chunk.touched]
-        )
+    def _tally(self, chunk: rmqcore.SendChunk) -> None:
+        """The topic statistics and the metrics' message tallies of a chunk."""
         p = self._processor
         stats, tallies = p.stats, p.tallies
         if stats is None and tallies is None:
