@@ -1,24 +1,29 @@
 """The common pull's answer built in C (rmqcore.pull_answer, pull.py's
 pullFastPathEnable) pinned to the Python path: the same PULL_MESSAGE
 frames, sent over a socket to one broker with the C answer on and then
-off, get the same answer frames, byte for byte."""
+off, get the same answer frames, byte for byte; over plain TCP and over
+TLS (where no body goes by sendfile, so the C answer copies them all),
+with and without a controller-mode master's confirm limit."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 
-from pyrmq.remoting import RemotingClient
+from pyrmq.remoting import RemotingClient, TlsConfig, client_ssl_context
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.remoting.command import FrameDecoder
 from pyrmq.testing import LocalCluster
+from pyrmq.testing.certs import make_test_certs, openssl_available
 
 from .helpers import create_topic, props, send_ok
 
@@ -46,16 +51,20 @@ class Raw:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Any) -> AsyncIterator[tuple[LocalCluster, Raw]]:
+async def serving(
+    tmp_path: Any, tls: TlsConfig | None = None, ctx: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[LocalCluster, Raw]]:
     """A broker whose TOPIC holds PER_QUEUE messages a queue (tags a, b, c
-    and none; bodies of 0 B to 6 KiB), and a raw connection to it."""
+    and none; bodies of 0 B to 6 KiB), and a raw connection to it (over
+    TLS with ctx when the broker has tls)."""
     c = LocalCluster(
         str(tmp_path / "store"),
+        tls=tls,
         transfer_by_sendfile_min_bytes=SENDFILE_MIN,
         enable_property_filter=True,
     )
     await c.start()
-    cl = RemotingClient(name="pull-fast-test")
+    cl = RemotingClient(name="pull-fast-test", ssl_context=ctx)
     writer = None
     try:
         await create_topic(cl, c.broker_addr, TOPIC, QUEUES)
@@ -66,7 +75,7 @@ async def serving(tmp_path: Any) -> AsyncIterator[tuple[LocalCluster, Raw]]:
                 body = bytes([i]) * (6000 if i % 11 == 5 else i * 37)
                 await send_ok(cl, c.broker_addr, TOPIC, body, q, p, flag=i)
         host, port = c.broker_addr.split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
         yield c, Raw(reader, writer)
     finally:
         if writer is not None:
@@ -127,20 +136,43 @@ def pulls(draw: st.DrawFn) -> bytes:
 
 
 def test_c_answer_matches_python_answer(arun, tmp_path):
+    compare_c_and_python(arun, tmp_path)
+
+
+def test_c_answer_matches_python_answer_over_tls(arun, tmp_path):
+    if not openssl_available():
+        pytest.skip("the openssl command is needed to make test certificates")
+    certs = make_test_certs(tmp_path / "certs")
+    tls = TlsConfig.from_properties(
+        certs.server_properties(
+            "enforcing", **{"tls.enable": "true", "tls.client.trustCertPath": str(certs.ca)}
+        )
+    )
+    compare_c_and_python(arun, tmp_path, tls, client_ssl_context(str(certs.ca)))
+
+
+def compare_c_and_python(
+    arun: Any, tmp_path: Any, tls: TlsConfig | None = None, ctx: ssl.SSLContext | None = None
+) -> None:
     async def start() -> tuple[LocalCluster, Raw, contextlib.AsyncExitStack]:
         stack = contextlib.AsyncExitStack()
-        c, raw = await stack.enter_async_context(serving(tmp_path))
+        c, raw = await stack.enter_async_context(serving(tmp_path, tls, ctx))
         return c, raw, stack
 
     c, raw, stack = arun(start())
     proc = c.broker.pull_processor
-    counts = {"compared": 0, "found": 0, "in_c": 0}
+    end = c.broker.store.commit_log_max_offset
+    counts = {"compared": 0, "found": 0, "in_c": 0, "limited": 0}
 
-    async def compare(frames: list[bytes], slow_below_memory: int | None) -> None:
+    async def compare(
+        frames: list[bytes], slow_below_memory: int | None, confirmed: int | None
+    ) -> None:
         # slaveReadEnable: a first record further than memory_limit_bytes
         # behind the CommitLog's end makes the answer suggest the slave
         proc.slave_read_enable = slow_below_memory is not None
         proc.memory_limit_bytes = slow_below_memory or 0
+        # a controller-mode master serves only up to its confirm offset
+        proc.confirm_limit = None if confirmed is None else (lambda: confirmed)
         for f in frames:
             before = proc.answered_in_c
             proc.answer_in_c = True
@@ -154,8 +186,12 @@ def test_c_answer_matches_python_answer(arun, tmp_path):
             counts["compared"] += 1
             counts["found"] += answer.code == R.SUCCESS
             counts["in_c"] += in_c
-            # only a found answer is built in C, and not one sent by sendfile
-            assert not in_c or (answer.code == R.SUCCESS and len(answer.body) < SENDFILE_MIN)
+            counts["limited"] += in_c and confirmed is not None
+            # only a found answer is built in C, and not one sent by
+            # sendfile (never over TLS)
+            assert not in_c or (
+                answer.code == R.SUCCESS and (tls is not None or len(answer.body) < SENDFILE_MIN)
+            )
 
     try:
 
@@ -167,14 +203,21 @@ def test_c_answer_matches_python_answer(arun, tmp_path):
         @given(
             st.lists(pulls(), min_size=1, max_size=5),
             st.one_of(st.none(), st.integers(0, 200_000)),
+            st.one_of(st.none(), st.integers(0, end)),
         )
-        def check(frames: list[bytes], slow_below_memory: int | None) -> None:
-            arun(compare(frames, slow_below_memory))
+        # queue 0's first records (bodies of 0-111 B) open the CommitLog:
+        # these limits cut found answers, copied ones, short
+        @example([pull_frame(0, 0, 3, "*", 1, 401, "JAVA", None)], None, 400)
+        @example([pull_frame(0, 0, 4, "*", 2, 317, "CPP", "TAG")], None, 700)
+        def check(
+            frames: list[bytes], slow_below_memory: int | None, confirmed: int | None
+        ) -> None:
+            arun(compare(frames, slow_below_memory, confirmed))
 
         check()
-        # the C answer was compared, not Python to itself; and answers
-        # other than a found copy were in the comparison too
-        assert counts["in_c"] > 0, counts
+        # the C answer was compared, not Python to itself, under a confirm
+        # limit too; and answers other than a found copy were compared
+        assert counts["in_c"] > 0 and counts["limited"] > 0, counts
         assert counts["compared"] > counts["in_c"], counts
         print(counts)
     finally:
