@@ -402,7 +402,9 @@ class Connection(asyncio.Protocol):
         frames, self._soon = self._soon, None
         self._soon_bytes = 0
         if frames:
-            self._write(b"".join(frames) if len(frames) > 1 else frames[0])
+            # behind what _process holds (the first frame of this iteration
+            # may be there): requests made in a callback keep their order
+            self.send_bytes(b"".join(frames) if len(frames) > 1 else frames[0])
 
     def send_bytes(self, frame: bytes) -> None:
         if self._out is not None:

@@ -639,3 +639,57 @@ def test_codec_decodes_real_server_answers(arun, tmp_path):
                 writer.close()
 
     arun(main())
+
+
+def test_requests_made_in_a_response_callback_leave_in_order(arun):
+    """Requests made while a read is processed (a send callback, a push
+    consumer's listener started in its pull's callback) leave in the order
+    made, also when they outgrow the per-iteration coalescing buffer: the
+    first of them waits in the read's answer buffer, the rest must not
+    overtake it."""
+    from pyrmq.remoting.connection import SOON_FLUSH_BYTES, Connection, next_opaque
+
+    big = SOON_FLUSH_BYTES // 2 + 1  # three of these overflow it
+
+    async def main() -> list[int]:
+        got: list[int] = []
+        done = asyncio.Event()
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # answers the first request; records the body's first byte of
+            # the others
+            _, header, _ = await _read_frame(reader)
+            h = _json_answer(0, header)
+            writer.write(_json_frame({"code": 0, "opaque": h["opaque"], "flag": 1}))
+            while len(got) < 5:
+                _, _, body = await _read_frame(reader)
+                got.append(body[0])
+            done.set()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(lambda: Connection(None), "127.0.0.1", port)
+        try:
+
+            def frame(i: int) -> tuple[int, bytes]:
+                op = next_opaque()
+                header = json.dumps({"code": 10, "opaque": op, "flag": 0}).encode()
+                return op, _frame(header, bytes([i]) * big)
+
+            def answered(resp: Any, exc: BaseException | None) -> None:
+                for i in range(5):
+                    op, f = frame(i)
+                    conn.request_frame(op, 10, f, 10.0, lambda r, e: None)
+
+            op0 = next_opaque()
+            first = json.dumps({"code": 10, "opaque": op0, "flag": 0}).encode()
+            conn.request_frame(op0, 10, _frame(first), 10.0, answered)
+            await asyncio.wait_for(done.wait(), 30)
+        finally:
+            conn.close()
+            server.close()
+            await server.wait_closed()
+        return got
+
+    assert arun(main()) == [0, 1, 2, 3, 4]
