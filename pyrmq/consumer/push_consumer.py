@@ -598,14 +598,15 @@ class PushConsumer(ConsumerBase):
         to send the next pull (resuming the loop first to hand them over
         cost a loop turn more of the produce-to-consume latency:
         bench/README.md, "Produce to consume"); on Python 3.12 and later
-        the listener starts right here (consume_service._start). The loop
-        gets the result (msg_found_list: what passed the subscription's
-        filter) or the error."""
+        a concurrent listener starts right here (consume_service._start).
+        The loop gets the result (msg_found_list: what passed the
+        subscription's filter) or the error."""
         if pulled.done():  # the pull loop was cancelled
             return
         if exc is not None or resp is None:
             pulled.set_exception(exc or RemotingError(f"pull from {addr}: no answer"))
             return
+        result: PullResult | None = None
         try:
             result = self.client.api.pull_result(resp, addr, mq.broker_name)
             if result.pull_status is PullStatus.FOUND and not pq.dropped:
@@ -619,6 +620,13 @@ class PushConsumer(ConsumerBase):
             if not pulled.done():
                 pulled.set_exception(e)
             return
+        except BaseException:
+            # KeyboardInterrupt or SystemExit from a listener started here:
+            # the messages are in the ProcessQueue; the pull loop must not
+            # wait forever for this answer
+            if result is not None and not pulled.done():
+                pulled.set_result(result)
+            raise
         if not pulled.done():  # a listener run eagerly may have stopped the consumer
             pulled.set_result(result)
 

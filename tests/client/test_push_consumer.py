@@ -383,9 +383,51 @@ def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, t
             assert sorted(got, key=int) == bodies
             assert tasks == {"pyrmq:consumer:consume"}
             assert table == ends
-            # the first batches of a new consumer come from a pull answered
-            # at once; those the sends woke went through _pulled
-            assert any(in_read_callback) is (sys.version_info >= (3, 12)), in_read_callback
+            # every pull answer is handed over in _pulled, the read callback
+            assert in_read_callback
+            if sys.version_info >= (3, 12):
+                assert all(in_read_callback), in_read_callback
+            else:
+                assert not any(in_read_callback), in_read_callback
+
+    arun(main(), timeout=60)
+
+
+def test_a_loop_task_factory_makes_the_consume_tasks(arun, tmp_path):
+    """A loop with a task factory of its own (context propagation,
+    monitoring) gets the consume tasks made by it on every Python, so they
+    start a loop turn later, not eagerly."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        made: list[str] = []
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+            made.append(getattr(coro, "__qualname__", ""))
+            return asyncio.Task(coro, loop=loop, **kw)
+
+        loop.set_task_factory(factory)
+        try:
+            async with cluster(tmp_path) as c:
+                producer = Producer("pg", c.namesrv_addr)
+                got: list[str] = []
+                in_read_callback: list[bool] = []
+
+                async def listener(msgs: list[MessageExt], ctx: Any) -> None:
+                    in_read_callback.append(_called_from("_pulled"))
+                    got.extend(m.body.decode() for m in msgs)
+
+                bodies = [f"m{i}" for i in range(10)]
+                consumer = push(c.namesrv_addr, "G_fac", "FacT", listener, consume_from_where=FIRST)
+                async with running(producer):
+                    await send_bodies(producer, "FacT", bodies)
+                    async with running(consumer):
+                        await wait_until(lambda: len(got) >= len(bodies), "every message")
+            assert sorted(got) == bodies
+            assert in_read_callback and not any(in_read_callback), in_read_callback
+            assert any(q.endswith("ConsumeMessageConcurrentlyService._consume") for q in made), made
+        finally:
+            loop.set_task_factory(None)
 
     arun(main(), timeout=60)
 
