@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import platform
 import statistics
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from typing import Any
 
 from bench import _e2e
 from bench import broker_load as bl
+from bench._cluster import git_tree
 
 
 def _pct(xs: list[int], p: float) -> float:
@@ -399,30 +401,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    if args.pipelined or args.e2e:
-        if args.e2e:
-            doc = run_e2e(args.dir, args.rounds, args.seconds, args.size, args.rate, log=log)
-        else:
-            doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
-        doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
-        print(json.dumps(doc, indent=1))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(doc, f, indent=1)
-        return 1 if doc.get("lost") else 0
-    doc = run(
-        args.dir,
-        args.rounds,
-        args.seconds,
-        args.size,
-        lambda m: print(m, file=sys.stderr, flush=True),
-    )
+    if args.e2e:
+        doc = run_e2e(args.dir, args.rounds, args.seconds, args.size, args.rate, log=log)
+    elif args.pipelined:
+        doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
+    else:
+        doc = run(args.dir, args.rounds, args.seconds, args.size, log)
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    # both systems' clients ran on this interpreter: results differ by
+    # version (from 3.12 pyrmq's listener starts eagerly, nats-py is slower)
+    doc["python"] = platform.python_version()
+    doc["tree"] = git_tree()
     print(json.dumps(doc, indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
-    return 0
+    return 1 if doc.get("lost") else 0
 
 
 if __name__ == "__main__":
