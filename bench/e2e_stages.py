@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import runpy
+import shutil
 import signal
 import statistics
 import sys
@@ -248,10 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "bench.e2e_stages", "broker", "standalone",
            "--store", os.path.join(workdir, "store"), "--namesrv-port", "0",
            "--broker-port", "0", "--host", "127.0.0.1", "--flush", "ASYNC_FLUSH"]  # fmt: skip
-    with bl._spawn("standalone", cmd, workdir) as srv:
-        seen = asyncio.run(_drive(srv, args.seconds, args.rate))
-        with open(out) as f:
-            broker = json.load(f)
+    try:
+        with bl._spawn("standalone", cmd, workdir) as srv:
+            seen = asyncio.run(_drive(srv, args.seconds, args.rate))
+            with open(out) as f:
+                broker = json.load(f)
+    finally:
+        # the store preallocates its segments: ~2.5 GB left behind a run
+        shutil.rmtree(workdir, ignore_errors=True)
     doc = {"rate": args.rate, "seconds": args.seconds, **stages(EVENTS, broker, seen)}
     print(f"{doc['followed']:,} of {doc['messages']:,} messages followed; medians (p90), µs")
     for name, row in doc["stages"].items():
