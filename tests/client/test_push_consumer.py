@@ -1,9 +1,10 @@
 """PushConsumer against a real NameServer + Broker (LocalCluster, TCP on
 127.0.0.1): clustering and broadcasting delivery, tag filters, batches,
-listener kinds, where a new group starts, committed offsets across
+where a new group starts, committed offsets across
 restarts, retries through %RETRY%<group> into %DLQ%<group>, flow control,
 orderly consumption with broker locks, draining shutdown and the
-NOTIFY_CONSUMER_IDS_CHANGED rebalance.
+NOTIFY_CONSUMER_IDS_CHANGED rebalance. How the listener itself is run:
+test_push_listener.py.
 
 Every wait is a bounded poll (`wait_until`); no test asserts that something
 was fast except through those bounds, well above what the step needs."""
@@ -11,20 +12,14 @@ was fast except through those bounds, well above what the step needs."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sys
-import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from pyrmq import (
     ConsumeConcurrentlyStatus,
-    ConsumeFromWhere,
     ConsumeOrderlyStatus,
-    Message,
     MessageExt,
     MessageModel,
     MessageQueue,
@@ -36,119 +31,24 @@ from pyrmq.broker.subscription_group import SubscriptionGroupConfig
 from pyrmq.client.api import MQClientAPI
 from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting import RemotingClient
-from pyrmq.testing import LocalCluster
 
-FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-LAST = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
-TIMESTAMP = ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
-#: every delay level 1 s, so a retry comes back quickly
-SHORT_DELAY_LEVELS = " ".join(["1s"] * 18)
-#: The heartbeat that creates %RETRY%<group> is answered before the broker
-#: has re-registered with the name server, so a new group's first rebalance
-#: can miss the retry queue; a short rebalance interval bounds that wait in
-#: the retry tests (the default is 20 s).
-RETRY_REBALANCE_INTERVAL = 1.0
-
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Any, **settings: Any) -> AsyncIterator[LocalCluster]:
-    c = LocalCluster(str(tmp_path / "store"), **settings)
-    await c.start()
-    try:
-        yield c
-    finally:
-        await c.shutdown()
-
-
-@contextlib.asynccontextmanager
-async def running(*clients: Any) -> AsyncIterator[None]:
-    """Start producers/consumers in order; shut them down in reverse."""
-    async with contextlib.AsyncExitStack() as stack:
-        for cl in clients:
-            await cl.start()
-            stack.push_async_callback(cl.shutdown)
-        yield
-
-
-async def wait_until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def send_bodies(
-    producer: Producer,
-    topic: str,
-    bodies: Iterable[str],
-    *,
-    tags: str | None = None,
-    mq: MessageQueue | None = None,
-) -> None:
-    for b in bodies:
-        await producer.send(Message(topic, b.encode(), tags=tags), mq=mq)
-    await wait_routed(producer.client.api, topic)
-
-
-async def wait_routed(api: MQClientAPI, topic: str, timeout: float = 5.0) -> None:
-    """Wait until the name server routes an auto-created topic: the broker
-    registers it a moment after the first send, and a consumer that looks
-    before then waits for its next route refresh."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while await api.get_topic_route(topic) is None:
-        if loop.time() > deadline:
-            raise AssertionError(f"no route for {topic} after {timeout}s")
-        await asyncio.sleep(0.01)
-
-
-def queue0(topic: str) -> MessageQueue:
-    """Tests that want a single busy queue send everything to queue 0 (an
-    auto-created topic has 4 queues; the others stay empty)."""
-    return MessageQueue(topic, "broker-a", 0)
-
-
-def owned(consumer: PushConsumer, topic: str) -> set[MessageQueue]:
-    return {mq for mq in consumer.rebalance.process_queue_table if mq.topic == topic}
-
-
-def started_on(consumer: PushConsumer, topic: str, n: int) -> Callable[[], bool]:
-    """True once n queues of topic have a start offset (their pulls run)."""
-    return lambda: len(consumer.offset_store.clone_offset_table(topic)) >= n
-
-
-class Collector:
-    """Records every delivery; `listen` is the (coroutine) listener."""
-
-    def __init__(self) -> None:
-        self.msgs: list[MessageExt] = []
-
-    async def listen(self, msgs: list[MessageExt], ctx: Any) -> None:
-        self.msgs.extend(msgs)
-
-    @property
-    def bodies(self) -> list[str]:
-        return [m.body.decode() for m in self.msgs]
-
-    def count(self) -> int:
-        return len(self.msgs)
-
-
-def push(namesrv: str, group: str, topic: str, listener: Any, **kw: Any) -> PushConsumer:
-    expr = kw.pop("sub_expression", "*")
-    orderly = kw.pop("orderly", False)
-    c = PushConsumer(group, namesrv, **kw)
-    c.subscribe(topic, expr)
-    if isinstance(listener, Collector):
-        listener = listener.listen
-    c.register_message_listener(listener, orderly=orderly)
-    return c
-
+from ._push import (
+    FIRST,
+    LAST,
+    RETRY_REBALANCE_INTERVAL,
+    SHORT_DELAY_LEVELS,
+    TIMESTAMP,
+    Collector,
+    cluster,
+    owned,
+    push,
+    queue0,
+    running,
+    send_bodies,
+    started_on,
+    wait_routed,
+    wait_until,
+)
 
 # -- clustering delivery ---------------------------------------------------------------------
 
@@ -288,148 +188,6 @@ def test_consume_message_batch_max_size(arun, tmp_path):
             assert sizes.count(8) >= 6, sizes
 
     arun(main(), timeout=30)
-
-
-def test_coroutine_listener_runs_on_the_loop_and_function_listener_in_a_pool(arun, tmp_path):
-    async def main() -> None:
-        async with cluster(tmp_path) as c:
-            producer = Producer("pg", c.namesrv_addr)
-            coro_threads: list[str] = []
-            func_threads: list[str] = []
-            coro_got: list[str] = []
-            func_got: list[str] = []
-            lock = threading.Lock()
-
-            async def coro_listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
-                coro_threads.append(threading.current_thread().name)
-                coro_got.extend(m.body.decode() for m in msgs)
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-            def func_listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
-                with lock:
-                    func_threads.append(threading.current_thread().name)
-                    func_got.extend(m.body.decode() for m in msgs)
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-            c1 = push(c.namesrv_addr, "G_coro", "KindT", coro_listener, consume_from_where=FIRST)
-            c2 = push(c.namesrv_addr, "G_func", "KindT", func_listener, consume_from_where=FIRST)
-            bodies = [f"m{i}" for i in range(20)]
-            async with running(producer):
-                await send_bodies(producer, "KindT", bodies)
-                async with running(c1, c2):
-                    await wait_until(
-                        lambda: len(coro_got) >= 20 and len(func_got) >= 20, "both groups"
-                    )
-            assert sorted(coro_got) == sorted(bodies)
-            assert sorted(func_got) == sorted(bodies)
-            here = threading.current_thread().name
-            assert set(coro_threads) == {here}
-            assert here not in func_threads
-            assert all(n.startswith("pyrmq-consume-G_func") for n in func_threads), func_threads
-
-    arun(main(), timeout=30)
-
-
-def _called_from(name: str) -> bool:
-    """Whether a function called `name` is on the calling thread's stack."""
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_name == name:
-            return True
-        f = f.f_back
-    return False
-
-
-def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, tmp_path):
-    """On Python 3.12+ the listener of a pull's messages starts inside the
-    read callback that decoded them (an eager task), before 3.12 a loop turn
-    later; either way it runs as a task of its own (asyncio.timeout works,
-    current_task is named), a listener that waits and one that does not
-    both get every message once, and the offsets of both are committed."""
-
-    async def main() -> None:
-        async with cluster(tmp_path) as c:
-            producer = Producer("pg", c.namesrv_addr)
-            got: list[str] = []
-            tasks: set[str] = set()
-            in_read_callback: list[bool] = []
-
-            async def listener(msgs: list[MessageExt], ctx: Any) -> None:
-                in_read_callback.append(_called_from("_pulled"))
-                task = asyncio.current_task()
-                assert task is not None
-                tasks.add(task.get_name())
-                async with asyncio.timeout(5):
-                    for m in msgs:
-                        if int(m.body) % 2:
-                            await asyncio.sleep(0.001)  # suspends: the rest runs later
-                        got.append(m.body.decode())
-
-            bodies = [str(i) for i in range(40)]
-            consumer = push(c.namesrv_addr, "G_eager", "EagerT", listener, consume_from_where=FIRST)
-            async with running(producer):
-                await send_bodies(producer, "EagerT", bodies[:1])
-                async with running(consumer):
-                    await wait_until(started_on(consumer, "EagerT", 4), "the pulls to start")
-                    for b in bodies[1:]:  # one at a time: each woken pull brings one
-                        await producer.send(Message("EagerT", b.encode()))
-                    await wait_until(lambda: len(got) >= len(bodies), "every message")
-                    await asyncio.sleep(0.2)  # nothing comes twice
-                    ends = {
-                        mq: await producer.client.api.get_max_offset(c.broker_addr, mq)
-                        for mq in owned(consumer, "EagerT")
-                    }
-                    table = consumer.offset_store.clone_offset_table("EagerT")
-            assert sorted(got, key=int) == bodies
-            assert tasks == {"pyrmq:consumer:consume"}
-            assert table == ends
-            # every pull answer is handed over in _pulled, the read callback
-            assert in_read_callback
-            if sys.version_info >= (3, 12):
-                assert all(in_read_callback), in_read_callback
-            else:
-                assert not any(in_read_callback), in_read_callback
-
-    arun(main(), timeout=60)
-
-
-def test_a_loop_task_factory_makes_the_consume_tasks(arun, tmp_path):
-    """A loop with a task factory of its own (context propagation,
-    monitoring) gets the consume tasks made by it on every Python, so they
-    start a loop turn later, not eagerly."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        made: list[str] = []
-
-        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
-            made.append(getattr(coro, "__qualname__", ""))
-            return asyncio.Task(coro, loop=loop, **kw)
-
-        loop.set_task_factory(factory)
-        try:
-            async with cluster(tmp_path) as c:
-                producer = Producer("pg", c.namesrv_addr)
-                got: list[str] = []
-                in_read_callback: list[bool] = []
-
-                async def listener(msgs: list[MessageExt], ctx: Any) -> None:
-                    in_read_callback.append(_called_from("_pulled"))
-                    got.extend(m.body.decode() for m in msgs)
-
-                bodies = [f"m{i}" for i in range(10)]
-                consumer = push(c.namesrv_addr, "G_fac", "FacT", listener, consume_from_where=FIRST)
-                async with running(producer):
-                    await send_bodies(producer, "FacT", bodies)
-                    async with running(consumer):
-                        await wait_until(lambda: len(got) >= len(bodies), "every message")
-            assert sorted(got) == bodies
-            assert in_read_callback and not any(in_read_callback), in_read_callback
-            assert any(q.endswith("ConsumeMessageConcurrentlyService._consume") for q in made), made
-        finally:
-            loop.set_task_factory(None)
-
-    arun(main(), timeout=60)
 
 
 # -- where a new group starts, and committed offsets -----------------------------------------
