@@ -1,4 +1,5 @@
-"""Shared fixtures: small stores in tmp_path, and a leak check on mapped files.
+"""Shared fixtures: small stores in tmp_path, test certificates, and a leak
+check on mapped files.
 
 A test run stopped with SIGTERM (CI's timeout, an operator) stops as on
 Ctrl-C, so the servers its tests started are ended by the atexit handler of
@@ -17,6 +18,7 @@ import pytest
 
 import rmqcore
 from pyrmq.storage import MessageStoreConfig
+from pyrmq.testing.certs import CertFiles, make_test_certs, openssl_available
 
 
 def small_config(root: str, **kw: object) -> MessageStoreConfig:
@@ -32,6 +34,15 @@ def small_config(root: str, **kw: object) -> MessageStoreConfig:
     )
     base.update(kw)
     return MessageStoreConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    """Test certificates, made once a run (the TLS tests skip, saying why,
+    where openssl is missing)."""
+    if not openssl_available():
+        pytest.skip("the openssl command is needed to make test certificates")
+    return make_test_certs(tmp_path_factory.mktemp("certs"))
 
 
 def _interrupt(signum: int, frame: object) -> None:

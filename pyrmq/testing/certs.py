@@ -10,6 +10,8 @@ import pathlib
 import shutil
 import subprocess
 
+from pyrmq.remoting.tls import TlsConfig
+
 #: days the certificates are valid: a run, with slack for clock skew
 _DAYS = "2"
 
@@ -32,6 +34,15 @@ class CertFiles:
             "tls.server.keyPath": str(self.server_key),
             **extra,
         }
+
+    def server_tls(self, mode: str, **extra: str) -> TlsConfig:
+        """The TlsConfig of servers in mode with these files, whose own
+        client side (a broker's to its name server) trusts this CA."""
+        return TlsConfig.from_properties(
+            self.server_properties(
+                mode, **{"tls.enable": "true", "tls.client.trustCertPath": str(self.ca), **extra}
+            )
+        )
 
 
 def openssl_available() -> bool:

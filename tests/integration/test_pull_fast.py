@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import hypothesis.strategies as st
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 from pyrmq.remoting import RemotingClient, TlsConfig, client_ssl_context
@@ -23,7 +22,6 @@ from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.remoting.command import FrameDecoder
 from pyrmq.testing import LocalCluster
-from pyrmq.testing.certs import make_test_certs, openssl_available
 
 from .helpers import create_topic, props, send_ok
 
@@ -139,16 +137,10 @@ def test_c_answer_matches_python_answer(arun, tmp_path):
     compare_c_and_python(arun, tmp_path)
 
 
-def test_c_answer_matches_python_answer_over_tls(arun, tmp_path):
-    if not openssl_available():
-        pytest.skip("the openssl command is needed to make test certificates")
-    certs = make_test_certs(tmp_path / "certs")
-    tls = TlsConfig.from_properties(
-        certs.server_properties(
-            "enforcing", **{"tls.enable": "true", "tls.client.trustCertPath": str(certs.ca)}
-        )
+def test_c_answer_matches_python_answer_over_tls(arun, tmp_path, certs):
+    compare_c_and_python(
+        arun, tmp_path, certs.server_tls("enforcing"), client_ssl_context(str(certs.ca))
     )
-    compare_c_and_python(arun, tmp_path, tls, client_ssl_context(str(certs.ca)))
 
 
 def compare_c_and_python(

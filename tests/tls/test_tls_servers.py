@@ -24,16 +24,7 @@ from pyrmq.remoting import RemotingClient, RemotingCommand, TlsConfig, client_ss
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.testing import LocalCluster
-from pyrmq.testing.certs import CertFiles
 from tests.integration.helpers import props, pull, send_ok, simple
-
-
-def tls_config(certs: CertFiles, mode: str, **extra: str) -> TlsConfig:
-    return TlsConfig.from_properties(
-        certs.server_properties(
-            mode, **{"tls.enable": "true", "tls.client.trustCertPath": str(certs.ca), **extra}
-        )
-    )
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +51,7 @@ async def send_and_check(namesrv: str, topic: str, **tls: Any) -> None:
 
 def test_permissive_serves_tls_and_plain_on_one_port(arun, tmp_path, certs) -> None:
     async def main() -> None:
-        async with tls_cluster(tmp_path, tls_config(certs, "permissive")) as c:
+        async with tls_cluster(tmp_path, certs.server_tls("permissive")) as c:
             assert c.broker is not None and c.broker.server is not None
             async with (
                 Producer("pg-tls", c.namesrv_addr, tls=True, tls_ca=str(certs.ca)) as pt,
@@ -78,7 +69,7 @@ def test_permissive_serves_tls_and_plain_on_one_port(arun, tmp_path, certs) -> N
 
 def test_enforcing_refuses_plain_and_says_why(arun, tmp_path, certs) -> None:
     async def main() -> None:
-        async with tls_cluster(tmp_path, tls_config(certs, "enforcing")) as c:
+        async with tls_cluster(tmp_path, certs.server_tls("enforcing")) as c:
             await send_and_check(c.namesrv_addr, "TlsTopic", tls=True, tls_ca=str(certs.ca))
             plain = RemotingClient(name="plain")
             try:
@@ -118,8 +109,7 @@ def test_tls_client_against_plain_server_is_a_clear_handshake_error(arun, tmp_pa
 
 
 def test_mutual_tls_requires_a_client_certificate(arun, tmp_path, certs) -> None:
-    cfg = tls_config(
-        certs,
+    cfg = certs.server_tls(
         "enforcing",
         **{
             "tls.server.need.client.auth": "require",
@@ -155,7 +145,7 @@ def test_large_pull_over_tls_matches_plain_sendfile(arun, tmp_path, certs) -> No
     connection gets them by sendfile, the TLS one by copy; same bytes."""
 
     async def main() -> None:
-        async with tls_cluster(tmp_path, tls_config(certs, "permissive")) as c:
+        async with tls_cluster(tmp_path, certs.server_tls("permissive")) as c:
             assert c.broker is not None
             plain = RemotingClient(name="plain")
             tls = RemotingClient(name="tls", ssl_context=client_ssl_context(str(certs.ca)))
@@ -217,7 +207,7 @@ TRUNCATED_HELLO = bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0
 
 
 def test_hostile_first_bytes_on_a_permissive_port(arun, tmp_path, certs) -> None:
-    cfg = tls_config(certs, "permissive", **{"tls.server.handshakeTimeoutMs": "1000"})
+    cfg = certs.server_tls("permissive", **{"tls.server.handshakeTimeoutMs": "1000"})
 
     async def main() -> None:
         async with tls_cluster(tmp_path, cfg) as c:
@@ -261,7 +251,7 @@ def test_hostile_first_bytes_on_a_permissive_port(arun, tmp_path, certs) -> None
 
 def test_enforcing_closes_a_plain_connection_at_once(arun, tmp_path, certs) -> None:
     async def main() -> None:
-        async with tls_cluster(tmp_path, tls_config(certs, "enforcing")) as c:
+        async with tls_cluster(tmp_path, certs.server_tls("enforcing")) as c:
             s = await _raw(c.broker_addr)
             try:
                 frame = RemotingCommand(RC.GET_BROKER_RUNTIME_INFO, {}).encode()
