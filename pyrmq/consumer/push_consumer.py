@@ -619,16 +619,12 @@ class PushConsumer(ConsumerBase):
         except Exception as e:  # the loop re-raises it, as when it decoded the answer itself
             if not pulled.done():
                 pulled.set_exception(e)
-            return
-        except BaseException:
-            # KeyboardInterrupt or SystemExit from a listener started here:
-            # the messages are in the ProcessQueue; the pull loop must not
-            # wait forever for this answer
+        finally:
+            # not done yet unless that failed, or a listener run here stopped
+            # the consumer; also when such a listener raised KeyboardInterrupt
+            # (its messages are in the ProcessQueue: the loop must go on)
             if result is not None and not pulled.done():
                 pulled.set_result(result)
-            raise
-        if not pulled.done():  # a listener run eagerly may have stopped the consumer
-            pulled.set_result(result)
 
     # -- retries ------------------------------------------------------------------------------
 
