@@ -18,6 +18,7 @@ from pyrmq.remoting.client import split_addr
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
 from pyrmq.remoting.command import FrameDecoder, decode_frame
+from pyrmq.remoting.connection import SOON_FLUSH_BYTES, Connection, next_opaque
 from pyrmq.storage.check import check_store
 
 from .helpers import cluster, max_offset, props, pull_all, send_ok
@@ -647,8 +648,6 @@ def test_requests_made_in_a_response_callback_leave_in_order(arun):
     made, also when they outgrow the per-iteration coalescing buffer: the
     first of them waits in the read's answer buffer, the rest must not
     overtake it."""
-    from pyrmq.remoting.connection import SOON_FLUSH_BYTES, Connection, next_opaque
-
     big = SOON_FLUSH_BYTES // 2 + 1  # three of these overflow it
 
     async def main() -> list[int]:
