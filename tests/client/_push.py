@@ -1,4 +1,4 @@
-"""What the PushConsumer tests share: a LocalCluster (a real NameServer
+"""What the consumer tests share: a LocalCluster (a real NameServer
 and Broker on 127.0.0.1), starting clients in order, bounded waits, sends,
 and a consumer built around a listener."""
 
@@ -61,10 +61,12 @@ async def send_bodies(
     producer: Producer,
     topic: str,
     bodies: Iterable[str],
+    mq: MessageQueue | None = None,
     *,
     tags: str | None = None,
-    mq: MessageQueue | None = None,
 ) -> None:
+    """Send each body (to mq, or round robin), then wait for the topic's
+    route."""
     for b in bodies:
         await producer.send(Message(topic, b.encode(), tags=tags), mq=mq)
     await wait_routed(producer.client.api, topic)

@@ -18,14 +18,14 @@ import pytest
 from pyrmq import (
     ClientError,
     ConsumeFromWhere,
-    Message,
     MessageExt,
     MessageQueue,
     Producer,
     PullConsumer,
 )
-from pyrmq.client.api import MQClientAPI
 from pyrmq.testing import LocalCluster
+
+from ._push import send_bodies
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 LAST = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
@@ -57,25 +57,6 @@ async def started(pc: PullConsumer) -> AsyncIterator[PullConsumer]:
         yield pc
     finally:
         await pc.shutdown()
-
-
-async def wait_routed(api: MQClientAPI, topic: str, timeout: float = 5.0) -> None:
-    """The broker registers an auto-created topic a moment after its first
-    message; wait for the name server to route it."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while await api.get_topic_route(topic) is None:
-        if loop.time() > deadline:
-            raise AssertionError(f"no route for {topic} after {timeout}s")
-        await asyncio.sleep(0.01)
-
-
-async def send_bodies(
-    producer: Producer, topic: str, bodies: Iterable[str], mq: MessageQueue | None = None
-) -> None:
-    for b in bodies:
-        await producer.send(Message(topic, b.encode()), mq=mq)
-    await wait_routed(producer.client.api, topic)
 
 
 def q(topic: str, queue_id: int) -> MessageQueue:
