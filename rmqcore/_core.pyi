@@ -295,8 +295,8 @@ class SendChunk:
     handled_v2: int
     needs_allocate: bool
     end_offset: int
-    stats: list[tuple[bytes, int, int, int]]
-    touched: list[tuple[bytes, int, int]]
+    stats: list[tuple[str, int, int, int]]
+    touched: list[tuple[str, int, int]]
     answers: bytes
     frames: list[tuple[int, Any, bytes]]
     used: int

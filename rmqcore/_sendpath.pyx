@@ -404,7 +404,9 @@ cdef SendChunk _chunk_of(sp_out_t *R):
     for i in range(R.ntallies):
         t = &R.tallies[i]
         if t.n:
-            name = PyBytes_FromStringAndSize(R.names + t.name_off, t.name_len)
+            # a learnt topic's name (UTF-8 of a str): "replace" never raises
+            # here, after the puts, where a raise would lose their answers
+            name = PyUnicode_DecodeUTF8(R.names + t.name_off, t.name_len, "replace")
             names[t.name_off] = name
             c.stats.append((name, t.n, t.wrote, t.body))
     for i in range(R.ntouched):

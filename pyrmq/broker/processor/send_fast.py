@@ -242,9 +242,7 @@ class SendFastPath:
     def _after(self, chunk: rmqcore.SendChunk) -> None:
         n = chunk.handled
         try:
-            self._store.appended(
-                chunk.needs_allocate, [(t.decode(), q, end) for t, q, end in chunk.touched]
-            )
+            self._store.appended(chunk.needs_allocate, chunk.touched)
         except Exception:
             log.exception("arrival notices after %d sends served in C failed", n)
         if chunk.touched and self.after_answers is not None:
@@ -263,8 +261,7 @@ class SendFastPath:
         stats, tallies = p.stats, p.tallies
         if stats is None and tallies is None:
             return
-        for t, count, wrote, body in chunk.stats:
-            topic = t.decode()
+        for topic, count, wrote, body in chunk.stats:
             if stats is not None:
                 stats.inc_topic_put(topic, count, wrote)
             if tallies is not None:
