@@ -11,6 +11,7 @@ subprocesses (``sdk5_driver.py``) with that folder first on PYTHONPATH."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -23,7 +24,6 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.interop.conftest import StandaloneServer
-    from tests.interop.cpp import Clients
 
 SDK = "rocketmq-python-client==5.1.2"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -93,15 +93,44 @@ def admin(server: StandaloneServer, *args: str) -> None:
     assert r.returncode == 0, r
 
 
-def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "NORMAL") -> str:
+def make_topic(server: StandaloneServer, message_type: str = "NORMAL") -> str:
     """A topic of QUEUES queues and that message.type, its route served."""
-    from tests.interop.cpp import unique, wait_route
+    from tests.interop.cpp import unique
 
     name = unique("C5")
     admin(server, "updateTopic", "-b", server.broker, "-t", name, "-r", str(QUEUES),
           "-w", str(QUEUES), "-a", f"+message.type={message_type}")  # fmt: skip
-    assert wait_route(clients, name, QUEUES) == QUEUES
+    assert readable_queues(server.namesrv, name, QUEUES) == QUEUES
     return name
+
+
+def readable_queues(namesrv: str, topic: str, want: int, timeout: float = 30.0) -> int:
+    """Readable queues of `topic` in the name server's route, asked again
+    until there are `want` of them or `timeout` s passed; 0 while it has no
+    route. Asked with pyrmq's AdminClient: the 4.x C++ client is loaded only
+    by the tests it judges (every client made means a shutdown, where
+    rocketmq 0.4.4 has been seen to abort, bench/README.md)."""
+    from pyrmq.admin import AdminClient
+    from pyrmq.common.errors import RMQError, TopicNotExistError
+
+    async def ask() -> int:
+        async with AdminClient(namesrv) as adm:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                try:
+                    route = await adm.topic_route(topic)
+                    n = sum(q.read_queue_nums for q in route.queue_datas)
+                except TopicNotExistError:
+                    n = 0
+                except RMQError:  # a timeout on a loaded machine: asked again
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    n = -1
+                if n == want or asyncio.get_running_loop().time() > deadline:
+                    return max(n, 0)
+                await asyncio.sleep(0.2)
+
+    return asyncio.run(ask())
 
 
 def make_group(server: StandaloneServer, *settings: str) -> str:

@@ -43,7 +43,7 @@ def node_sdk() -> None:
 
 def test_nodejs_sdk_sends_and_receives(server: StandaloneServer, clients: Clients) -> None:
     node_sdk()
-    topic, group = make_topic(server, clients), make_group(server)
+    topic, group = make_topic(server), make_group(server)
     # node resolves the package from the script's folder upwards, or NODE_PATH
     env = {"NODE_PATH": str(TARGET / "node_modules"), "PATH": os.environ["PATH"]}
     script = TARGET / DRIVER.name  # ESM imports resolve next to the script

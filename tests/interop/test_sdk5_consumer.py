@@ -44,8 +44,8 @@ def received(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in out if "recv" in o]
 
 
-def test_simple_consumer_receives_and_acks(server: StandaloneServer, clients: Clients) -> None:
-    topic, group = make_topic(server, clients), make_group(server)
+def test_simple_consumer_receives_and_acks(server: StandaloneServer) -> None:
+    topic, group = make_topic(server), make_group(server)
     sent = send(server, topic, 30, tag="TagA", props={"color": "blue"})
     out = consume(server, "simple", topic=topic, group=group, want=30, invisible_s=20, mode="ack")
     got = received(out)
@@ -59,10 +59,8 @@ def test_simple_consumer_receives_and_acks(server: StandaloneServer, clients: Cl
     assert received(again) == []
 
 
-def test_an_unacked_message_comes_back_after_its_invisible_time(
-    server: StandaloneServer, clients: Clients
-) -> None:
-    topic, group = make_topic(server, clients), make_group(server)
+def test_an_unacked_message_comes_back_after_its_invisible_time(server: StandaloneServer) -> None:
+    topic, group = make_topic(server), make_group(server)
     sent = send(server, topic, 3)
     out = consume(server, "simple", topic=topic, group=group, want=6, invisible_s=2, mode="noack")
     by_body = collections.defaultdict(list)
@@ -75,8 +73,8 @@ def test_an_unacked_message_comes_back_after_its_invisible_time(
         assert seen[0]["id"] == seen[1]["id"], "the same message id on redelivery"
 
 
-def test_change_invisible_duration(server: StandaloneServer, clients: Clients) -> None:
-    topic, group = make_topic(server, clients), make_group(server)
+def test_change_invisible_duration(server: StandaloneServer) -> None:
+    topic, group = make_topic(server), make_group(server)
     (first,) = send(server, topic, 1, prefix="longer")
     out = consume(server, "simple", topic=topic, group=group, want=2, invisible_s=2,
                   mode="change-noack", change_s=6)  # fmt: skip
@@ -86,7 +84,7 @@ def test_change_invisible_duration(server: StandaloneServer, clients: Clients) -
     assert changed, out
     assert seen[1]["t"] - changed[0]["t"] >= 6.0 - 0.05, ("the new invisible time held", out)
     # changed, then acked with the new handle: done
-    topic2, group2 = make_topic(server, clients), make_group(server)
+    topic2, group2 = make_topic(server), make_group(server)
     send(server, topic2, 2)
     out = consume(server, "simple", topic=topic2, group=group2, want=2, invisible_s=2,
                   mode="change", change_s=3)  # fmt: skip
@@ -99,7 +97,7 @@ def test_change_invisible_duration(server: StandaloneServer, clients: Clients) -
 def test_past_max_attempts_a_message_goes_to_the_dlq(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic, group = make_topic(server, clients), make_group(server, "-r", "1")
+    topic, group = make_topic(server), make_group(server, "-r", "1")
     (sent,) = send(server, topic, 1, prefix="doomed")
     out = consume(server, "simple", topic=topic, group=group, want=2, invisible_s=1, mode="noack")
     assert [o["attempt"] for o in received(out)] == [1, 2], out
@@ -117,8 +115,8 @@ def test_past_max_attempts_a_message_goes_to_the_dlq(
     assert received(later) == [], "a dead-lettered message is not delivered again"
 
 
-def test_push_consumer_retries_a_failed_message(server: StandaloneServer, clients: Clients) -> None:
-    topic, group = make_topic(server, clients), make_group(server)
+def test_push_consumer_retries_a_failed_message(server: StandaloneServer) -> None:
+    topic, group = make_topic(server), make_group(server)
     sent = send(server, topic, 10)
     out = consume(server, "push", topic=topic, group=group, want=10, fail_first=1)
     ok = [o for o in received(out) if o["ok"]]
@@ -126,8 +124,8 @@ def test_push_consumer_retries_a_failed_message(server: StandaloneServer, client
     assert all(o["attempt"] == 2 for o in ok), "each succeeded on its second delivery"
 
 
-def test_tag_and_sql92_filters(server: StandaloneServer, clients: Clients) -> None:
-    topic = make_topic(server, clients)
+def test_tag_and_sql92_filters(server: StandaloneServer) -> None:
+    topic = make_topic(server)
     a_blue = send(server, topic, 5, tag="TagA", props={"color": "blue"}, prefix="a-blue")
     a_red = send(server, topic, 5, tag="TagA", props={"color": "red"}, prefix="a-red")
     b_blue = send(server, topic, 5, tag="TagB", props={"color": "blue"}, prefix="b-blue")
@@ -143,10 +141,8 @@ def test_tag_and_sql92_filters(server: StandaloneServer, clients: Clients) -> No
     assert sorted(o["recv"] for o in received(more)) == sorted(s["body"] for s in b_blue)
 
 
-def test_fifo_groups_deliver_each_message_group_in_order(
-    server: StandaloneServer, clients: Clients
-) -> None:
-    topic = make_topic(server, clients, "FIFO")
+def test_fifo_groups_deliver_each_message_group_in_order(server: StandaloneServer) -> None:
+    topic = make_topic(server, "FIFO")
     group = make_group(server, "-o", "true")
     sent = []
     for g in ("alpha", "beta", "gamma"):
@@ -160,9 +156,9 @@ def test_fifo_groups_deliver_each_message_group_in_order(
 
 
 def test_a_fifo_message_not_acked_blocks_its_queue_until_redelivered(
-    server: StandaloneServer, clients: Clients
+    server: StandaloneServer,
 ) -> None:
-    topic = make_topic(server, clients, "FIFO")
+    topic = make_topic(server, "FIFO")
     group = make_group(server, "-o", "true")
     send(server, topic, 3, group="solo", prefix="solo")
     out = consume(server, "simple", topic=topic, group=group, want=6, invisible_s=2,
@@ -175,7 +171,7 @@ def test_a_fifo_message_not_acked_blocks_its_queue_until_redelivered(
 def test_messages_sent_by_the_4x_client_are_received_over_grpc(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic = make_topic(server, clients)
+    topic = make_topic(server)
     producer = clients.producer()
     bodies = []
     for i in range(10):
@@ -196,19 +192,15 @@ def test_what_is_out_survives_a_broker_crash(make_server: Any, tmp_path: Any) ->
     conf = tmp_path / "crash.conf"
     conf.write_text("flushConsumerOffsetInterval=500\n")
     srv = make_server("--enable-proxy", "--grpc-port", "0", "-c", str(conf))
-    c = Clients(srv.namesrv)
-    try:
-        topic, group = make_topic(srv, c), make_group(srv)
-        sent = send(srv, topic, 20)
-        acked = received(consume(srv, "simple", topic=topic, group=group, want=10, batch=1,
-                                 invisible_s=30, mode="ack"))  # fmt: skip
-        out = received(consume(srv, "simple", topic=topic, group=group, want=10,
-                               invisible_s=6, mode="noack"))  # fmt: skip
-        assert len(acked) == 10 and len(out) == 10
-        assert {o["recv"] for o in acked} | {o["recv"] for o in out} == {s["body"] for s in sent}
-        time.sleep(2.0)  # past flushConsumerOffsetInterval: the offsets are on disk
-    finally:
-        c.close()
+    topic, group = make_topic(srv), make_group(srv)
+    sent = send(srv, topic, 20)
+    acked = received(consume(srv, "simple", topic=topic, group=group, want=10, batch=1,
+                             invisible_s=30, mode="ack"))  # fmt: skip
+    out = received(consume(srv, "simple", topic=topic, group=group, want=10,
+                           invisible_s=6, mode="noack"))  # fmt: skip
+    assert len(acked) == 10 and len(out) == 10
+    assert {o["recv"] for o in acked} | {o["recv"] for o in out} == {s["body"] for s in sent}
+    time.sleep(2.0)  # past flushConsumerOffsetInterval: the offsets are on disk
     srv.restart(crash=True)
     again = consume(srv, "simple", topic=topic, group=group, want=11, seconds=25.0,
                     invisible_s=30, mode="ack")  # fmt: skip
@@ -222,7 +214,7 @@ def test_4x_pull_and_5x_pop_groups_share_a_topic(
 ) -> None:
     """A POP group and a 4.x pull group (the C++ client) of the same topic
     each get every message."""
-    topic = make_topic(server, clients)
+    topic = make_topic(server)
     sent = send(server, topic, 20, prefix="shared")
     out = consume(server, "simple", topic=topic, group=make_group(server), want=20,
                   invisible_s=20, mode="ack")  # fmt: skip
@@ -232,10 +224,10 @@ def test_4x_pull_and_5x_pop_groups_share_a_topic(
     assert sorted(r.body.decode() for r in pulled) == want
 
 
-def test_admin_sees_5x_consumers(server: StandaloneServer, clients: Clients) -> None:
+def test_admin_sees_5x_consumers(server: StandaloneServer) -> None:
     """mqadmin consumerConnection lists a 5.x SimpleConsumer and
     consumerStatus answers with what it reported (running_info.py)."""
-    topic, group = make_topic(server, clients), make_group(server)
+    topic, group = make_topic(server), make_group(server)
     consumer = sdk5.start("simple", endpoint=server.grpc, topic=topic, group=group, want=1,
                           seconds=WAIT, invisible_s=20, mode="ack", expr="TagZ")  # fmt: skip
     try:

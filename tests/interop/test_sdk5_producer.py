@@ -14,7 +14,8 @@ import pytest
 
 from tests.interop import sdk5
 from tests.interop.conftest import REPO, StandaloneServer
-from tests.interop.cpp import Clients, Received, pull_walk, unique, wait_route
+from tests.interop.cpp import Clients, Received, pull_walk, unique
+from tests.interop.sdk5 import readable_queues
 
 WAIT = 60.0  # seconds for what should happen promptly, on a loaded machine
 QUEUES = 4
@@ -25,7 +26,8 @@ def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
 
 
-def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "") -> str:
+def make_topic(server: StandaloneServer, message_type: str = "") -> str:
+    """A topic of QUEUES queues (of that message.type, if one is given), routed."""
     name = unique("T5")
     cmd = [
         sys.executable, "-m", "pyrmq", "admin", "updateTopic",
@@ -36,7 +38,7 @@ def make_topic(server: StandaloneServer, clients: Clients, message_type: str = "
         cmd += ["-a", f"+message.type={message_type}"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r
-    assert wait_route(clients, name, QUEUES) == QUEUES
+    assert readable_queues(server.namesrv, name, QUEUES) == QUEUES
     return name
 
 
@@ -56,7 +58,7 @@ def read_topic(clients: Clients, topic: str, want: int, timeout: float = WAIT) -
 def test_sends_are_stored_as_the_4x_client_reads_them(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic = make_topic(server, clients)
+    topic = make_topic(server)
     common = {"endpoint": server.grpc, "topic": topic, "tag": "TagA", "keys": "key"}
     sent = sdk5.run("send", n=20, prefix="sync", props={"color": "blue"}, **common)
     more = {"async": True, "props": {"color": "red"}}
@@ -78,7 +80,7 @@ def test_sends_are_stored_as_the_4x_client_reads_them(
 def test_a_message_group_keeps_to_one_queue_in_order(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic = make_topic(server, clients, "FIFO")
+    topic = make_topic(server, "FIFO")
     sent = sdk5.run("send", endpoint=server.grpc, topic=topic, n=30, group="order-42")
     got = read_topic(clients, topic, 30)
     assert sorted(r.body for r in got) == sorted(s["body"].encode() for s in sent)
@@ -91,7 +93,7 @@ def test_the_topics_message_type_is_checked(server: StandaloneServer, clients: C
     """A FIFO message to a NORMAL topic: the SDK is told the topic's types
     by the route and refuses it itself, and the proxy would too (see
     tests/proxy for the proxy's own answer)."""
-    topic = make_topic(server, clients)  # NORMAL
+    topic = make_topic(server)  # NORMAL
     out = sdk5.run("fail", endpoint=server.grpc, topic=topic, group="g")
     assert len(out) == 1 and "error" in out[0], out
     assert "type" in out[0]["error"].lower(), out
@@ -108,7 +110,7 @@ def test_a_missing_topic_has_no_route(server: StandaloneServer) -> None:
 
 
 def test_transactions_commit_and_roll_back(server: StandaloneServer, clients: Clients) -> None:
-    topic = make_topic(server, clients, "TRANSACTION")
+    topic = make_topic(server, "TRANSACTION")
     committed = sdk5.run(
         "tx", endpoint=server.grpc, topic=topic, n=5, resolution="commit", prefix="yes"
     )
@@ -130,7 +132,7 @@ def test_an_orphaned_transaction_is_recovered_by_check_back(
 ) -> None:
     """The producer dies after its half messages; the broker asks another
     producer of the topic over its Telemetry stream, which commits."""
-    topic = make_topic(server, clients, "TRANSACTION")
+    topic = make_topic(server, "TRANSACTION")
     halves = [
         o
         for o in sdk5.run("tx", endpoint=server.grpc, topic=topic, n=3, resolution="orphan")

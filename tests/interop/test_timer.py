@@ -35,7 +35,7 @@ def read_until(clients: Clients, topic: str, want: int, timeout: float = WAIT) -
 
 
 def test_a_5x_delivery_timestamp_is_kept(server: StandaloneServer, clients: Clients) -> None:
-    topic, group = make_topic(server, clients, "DELAY"), make_group(server)
+    topic, group = make_topic(server, "DELAY"), make_group(server)
     before = time.time()
     sent = sdk5.run("send", endpoint=server.grpc, topic=topic, n=5, delay_s=5, prefix="later")
     # the SDK sends whole seconds: due at the second it computed
@@ -51,7 +51,7 @@ def test_a_5x_delivery_timestamp_is_kept(server: StandaloneServer, clients: Clie
 
 
 def test_4x_timer_properties(server: StandaloneServer, clients: Clients) -> None:
-    topic = make_topic(server, clients)
+    topic = make_topic(server)
     p = clients.producer()
     now_ms = int(time.time() * 1000)
     due = {}
@@ -75,7 +75,7 @@ def test_4x_timer_properties(server: StandaloneServer, clients: Clients) -> None
 def test_a_delivery_time_too_far_ahead_is_refused(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic = make_topic(server, clients)
+    topic = make_topic(server)
     p = clients.producer()
     too_far = int(time.time() * 1000) + 4 * 24 * 3600 * 1000
     # the broker answers MESSAGE_ILLEGAL naming timerMaxDelaySec
@@ -92,7 +92,7 @@ def test_timed_messages_survive_broker_crashes_and_arrive_once(
     srv = make_server("--enable-proxy", "--grpc-port", "0")
     c = Clients(srv.namesrv)
     try:
-        topic = make_topic(srv, c)
+        topic = make_topic(srv)
         p = c.producer()
         start = int(time.time() * 1000)
         due = {}
