@@ -55,6 +55,12 @@ installed source and checked against the library's exports:
   route (DefaultMQPullConsumer logs and swallows the error).
 * Every client logs to ``~/logs/rocketmq-cpp/<pid>_rocketmq-cpp.log.0``
   (``SetProducerLogPath`` does not move it); its tail is attached to failing reports.
+* Its shutdown can abort the whole process (SIGABRT on one of its own threads: the
+  benchmarks saw ``boost::thread_interrupted``; one CI run died inside
+  ``PullConsumer.shutdown`` with no Python frame current). Nothing in Python can catch
+  it, so the tests load the client only where it is the judge (the 5.x SDK tests ask
+  pyrmq's AdminClient for routes: ``sdk5.readable_queues``), and ``.ci/run`` prints
+  the tail of that log when pytest dies of a signal.
 
 The server is started as ``python -m pyrmq standalone --store DIR --namesrv-port P
 --broker-port P --host 127.0.0.1 --ready-file FILE`` and writes
