@@ -59,7 +59,7 @@ installed source and checked against the library's exports:
   benchmarks saw ``boost::thread_interrupted``; one CI run died inside
   ``PullConsumer.shutdown`` with no Python frame current). Nothing in Python can catch
   it, so the tests load the client only where it is the judge (the 5.x SDK tests ask
-  pyrmq's AdminClient for routes: ``sdk5.readable_queues``), and ``.ci/run`` prints
+  pyrmq's AdminClient for routes: ``sdk5.wait_readable_queues``), and ``.ci/run`` prints
   the tail of that log when pytest dies of a signal.
 
 The server is started as ``python -m pyrmq standalone --store DIR --namesrv-port P

@@ -94,43 +94,44 @@ def admin(server: StandaloneServer, *args: str) -> None:
 
 
 def make_topic(server: StandaloneServer, message_type: str = "NORMAL") -> str:
-    """A topic of QUEUES queues and that message.type, its route served."""
+    """A topic of QUEUES queues and that message.type (none at all for "",
+    as a topic made for 4.x clients), its route served."""
     from tests.interop.cpp import unique
 
     name = unique("C5")
+    typed = ["-a", f"+message.type={message_type}"] if message_type else []
     admin(server, "updateTopic", "-b", server.broker, "-t", name, "-r", str(QUEUES),
-          "-w", str(QUEUES), "-a", f"+message.type={message_type}")  # fmt: skip
-    assert readable_queues(server.namesrv, name, QUEUES) == QUEUES
+          "-w", str(QUEUES), *typed)  # fmt: skip
+    wait_readable_queues(server.namesrv, name, QUEUES)
     return name
 
 
-def readable_queues(namesrv: str, topic: str, want: int, timeout: float = 30.0) -> int:
-    """Readable queues of `topic` in the name server's route, asked again
-    until there are `want` of them or `timeout` s passed; 0 while it has no
-    route. Asked with pyrmq's AdminClient: the 4.x C++ client is loaded only
-    by the tests it judges (every client made means a shutdown, where
-    rocketmq 0.4.4 has been seen to abort, bench/README.md)."""
+def wait_readable_queues(namesrv: str, topic: str, want: int, timeout: float = 30.0) -> None:
+    """Until the name server's route of `topic` has `want` readable queues
+    (AssertionError after `timeout` s). Asked with pyrmq's AdminClient: the
+    4.x C++ client is loaded only by the tests it judges (every client made
+    means a shutdown, where rocketmq 0.4.4 has been seen to abort,
+    tests/interop/conftest.py)."""
     from pyrmq.admin import AdminClient
-    from pyrmq.common.errors import RMQError, TopicNotExistError
+    from pyrmq.common.errors import RMQError
+    from tests._waiting import wait_until
 
-    async def ask() -> int:
+    async def wait() -> None:
         async with AdminClient(namesrv) as adm:
-            deadline = asyncio.get_running_loop().time() + timeout
-            while True:
+
+            async def routed() -> bool:
                 try:
                     route = await adm.topic_route(topic)
-                    n = sum(q.read_queue_nums for q in route.queue_datas)
-                except TopicNotExistError:
-                    n = 0
-                except RMQError:  # a timeout on a loaded machine: asked again
-                    if asyncio.get_running_loop().time() > deadline:
-                        raise
-                    n = -1
-                if n == want or asyncio.get_running_loop().time() > deadline:
-                    return max(n, 0)
-                await asyncio.sleep(0.2)
+                except RMQError:  # no route yet, or a timeout on a loaded machine
+                    return False
+                return sum(q.read_queue_nums for q in route.queue_datas) == want
 
-    return asyncio.run(ask())
+            await wait_until(
+                routed, f"{want} readable queues of {topic} in the route",
+                stall_after=timeout, step=0.2,
+            )  # fmt: skip
+
+    asyncio.run(wait())
 
 
 def make_group(server: StandaloneServer, *settings: str) -> str:

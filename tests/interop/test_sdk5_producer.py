@@ -6,40 +6,21 @@ wrote it. Every test compares the sets sent and received."""
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.interop import sdk5
-from tests.interop.conftest import REPO, StandaloneServer
+from tests.interop.conftest import StandaloneServer
 from tests.interop.cpp import Clients, Received, pull_walk, unique
-from tests.interop.sdk5 import readable_queues
+from tests.interop.sdk5 import make_topic
 
 WAIT = 60.0  # seconds for what should happen promptly, on a loaded machine
-QUEUES = 4
 
 
 @pytest.fixture(scope="module")
 def server(proxy_server: StandaloneServer) -> StandaloneServer:
     return proxy_server
-
-
-def make_topic(server: StandaloneServer, message_type: str = "") -> str:
-    """A topic of QUEUES queues (of that message.type, if one is given), routed."""
-    name = unique("T5")
-    cmd = [
-        sys.executable, "-m", "pyrmq", "admin", "updateTopic",
-        "-n", server.namesrv, "-b", server.broker, "-t", name,
-        "-r", str(QUEUES), "-w", str(QUEUES),
-    ]  # fmt: skip
-    if message_type:
-        cmd += ["-a", f"+message.type={message_type}"]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r
-    assert readable_queues(server.namesrv, name, QUEUES) == QUEUES
-    return name
 
 
 def read_topic(clients: Clients, topic: str, want: int, timeout: float = WAIT) -> list[Received]:
@@ -58,7 +39,7 @@ def read_topic(clients: Clients, topic: str, want: int, timeout: float = WAIT) -
 def test_sends_are_stored_as_the_4x_client_reads_them(
     server: StandaloneServer, clients: Clients
 ) -> None:
-    topic = make_topic(server)
+    topic = make_topic(server, "")  # untyped, as a topic made for 4.x clients
     common = {"endpoint": server.grpc, "topic": topic, "tag": "TagA", "keys": "key"}
     sent = sdk5.run("send", n=20, prefix="sync", props={"color": "blue"}, **common)
     more = {"async": True, "props": {"color": "red"}}
@@ -93,7 +74,7 @@ def test_the_topics_message_type_is_checked(server: StandaloneServer, clients: C
     """A FIFO message to a NORMAL topic: the SDK is told the topic's types
     by the route and refuses it itself, and the proxy would too (see
     tests/proxy for the proxy's own answer)."""
-    topic = make_topic(server)  # NORMAL
+    topic = make_topic(server, "")  # untyped: NORMAL
     out = sdk5.run("fail", endpoint=server.grpc, topic=topic, group="g")
     assert len(out) == 1 and "error" in out[0], out
     assert "type" in out[0]["error"].lower(), out
