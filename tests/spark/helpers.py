@@ -30,7 +30,8 @@ def create_topic(ns: str, topic: str, queues: int = 4) -> None:
 
 
 def read_topic(ns: str, topic: str) -> list[MessageExt]:
-    """Every message stored in `topic`, queue by queue, by plain pulls."""
+    """Every message stored in `topic`, queue by queue, by plain pulls;
+    safe to call while a writer is still sending to it."""
 
     async def go() -> list[MessageExt]:
         client = ClientInstance(ns)
@@ -44,8 +45,16 @@ def read_topic(ns: str, topic: str) -> list[MessageExt]:
                 addr = bd.select_broker_addr()
                 assert addr is not None
                 lo = await client.api.get_min_offset(addr, mq)
+                # a writer may still be sending (the streaming tests poll
+                # this): everything below the max offset taken before the
+                # read must come back, gap-free, and nothing past the one
+                # taken after it
+                hi = await client.api.get_max_offset(addr, mq)
                 got = await read_queue(client.api, addr, mq, start=lo, group="spark-test-verify")
-                assert len(got) == await client.api.get_max_offset(addr, mq) - lo, mq
+                hi_after = await client.api.get_max_offset(addr, mq)
+                offsets = [m.queue_offset for m in got]
+                assert offsets == list(range(lo, lo + len(got))), f"{mq}: gaps in {offsets}"
+                assert hi - lo <= len(got) <= hi_after - lo, (mq, lo, hi, len(got), hi_after)
                 out.extend(got)
             return out
         finally:
