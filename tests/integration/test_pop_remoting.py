@@ -118,11 +118,15 @@ def test_pop_long_polling(arun, tmp_path):
                 r = await pop(cl, a, "PopLp", "G", poll=poll)
                 assert r.code == R.POLLING_TIMEOUT and not r.body, r
                 assert r.ext_fields["restNum"] == "0" and r.ext_fields["msgOffsetInfo"] == ""
-            waiting = asyncio.create_task(pop(cl, a, "PopLp", "G", poll=15_000, timeout=20))
+            waiting = asyncio.create_task(pop(cl, a, "PopLp", "G", poll=20_000, timeout=25))
             await asyncio.sleep(0.3)
             assert not waiting.done()
             await send_ok(cl, a, "PopLp", b"late", 1, props(TAGS="t1", KEYS="k1"))
-            r = await asyncio.wait_for(waiting, 20)
+            # the arrival answers the pop, long before its 20 s poll ends
+            # (which would find the message too)
+            done, _ = await asyncio.wait([waiting], timeout=10)
+            assert done, "the arrival did not wake the waiting pop"
+            r = waiting.result()
             (rec,) = records(r)
             assert bytes(rec["body"]) == b"late" and rec["topic"] == "PopLp"
             assert rec["queue_id"] == 1 and rec["queue_offset"] == 0

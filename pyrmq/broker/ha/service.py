@@ -92,7 +92,6 @@ class HAService:
             self._accept, self.host, self.port, limit=protocol.MAX_HELLO
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self.store.add_arrival_listener(self._arrived)
         log.info("HAService of %s listening on %s:%d", self.broker_name, self.host, self.port)
 
     async def shutdown(self) -> None:
@@ -108,6 +107,8 @@ class HAService:
     # -- new data, acknowledgements --------------------------------------------------
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store arrival listener while a slave is connected (none costs the
+        puts nothing)."""
         for c in self.connections:
             c.wakeup.set()
 
@@ -194,11 +195,15 @@ class HAService:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = HAConnection(self, reader, writer)
+        if not self.connections:
+            self.store.add_arrival_listener(self._arrived)
         self.connections.add(conn)
         try:
             await conn.serve()
         finally:
             self.connections.discard(conn)
+            if not self.connections:
+                self.store.remove_arrival_listener(self._arrived)
             await conn.close()
 
     def handshake_answer(self, hello: dict[str, Any], peer: str) -> dict[str, Any]:

@@ -108,7 +108,10 @@ class PopService:
         self._clock = clock
         self.pending = CheckpointTable()
         self._task: asyncio.Task[None] | None = None
+        #: per topic a pop waits on: the event its arrivals set, and how
+        #: many pops wait (the store tells this service only of those topics)
         self._arrivals: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
         #: messages revived into the retry topic, and put into the DLQ
         self.revived = 0
         self.dead_lettered = 0
@@ -127,7 +130,8 @@ class PopService:
         self.topics.create_system_group_topic(self.revive_topic, 1, PERM_READ | PERM_WRITE)
         self.pending = CheckpointTable()
         self._rebuild()
-        self.store.add_arrival_listener(self._arrived)
+        for t in self._waiting:  # pops that outlived a shutdown
+            self.store.add_arrival_listener(self._arrived, t)
         self._task = asyncio.get_running_loop().create_task(
             self._revive_loop(), name="pyrmq:pop:revive"
         )
@@ -135,7 +139,8 @@ class PopService:
             log.info("pop: %d messages out when the broker stopped", len(self.pending))
 
     async def shutdown(self) -> None:
-        self.store.remove_arrival_listener(self._arrived)
+        for t in self._waiting:  # their pops end by their own timeouts
+            self.store.remove_arrival_listener(self._arrived, t)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -284,18 +289,31 @@ class PopService:
 
     async def wait_arrival(self, topics: list[str], timeout: float) -> None:
         """Until a message arrives in one of topics, or timeout."""
+        topics = list(dict.fromkeys(topics))
         events = []
         for t in topics:
             ev = self._arrivals.get(t)
             if ev is None or ev.is_set():
                 ev = self._arrivals[t] = asyncio.Event()
             events.append(ev)
+            n = self._waiting.get(t, 0)
+            if n == 0:
+                self.store.add_arrival_listener(self._arrived, t)
+            self._waiting[t] = n + 1
         waits = [asyncio.ensure_future(ev.wait()) for ev in events]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waits:
                 w.cancel()
+            for t in topics:
+                n = self._waiting[t] - 1
+                if n:
+                    self._waiting[t] = n
+                else:
+                    del self._waiting[t]
+                    self._arrivals.pop(t, None)
+                    self.store.remove_arrival_listener(self._arrived, t)
 
     # -- ack and change ---------------------------------------------------------------
 
