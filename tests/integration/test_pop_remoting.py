@@ -124,7 +124,7 @@ def test_pop_long_polling(arun, tmp_path):
             await send_ok(cl, a, "PopLp", b"late", 1, props(TAGS="t1", KEYS="k1"))
             # the arrival answers the pop, long before its 20 s poll ends
             # (which would find the message too)
-            done, _ = await asyncio.wait([waiting], timeout=10)
+            done, _ = await asyncio.wait([waiting], timeout=15)
             assert done, "the arrival did not wake the waiting pop"
             r = waiting.result()
             (rec,) = records(r)

@@ -36,7 +36,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import rmqcore
@@ -87,6 +87,15 @@ class Popped:
     topic: str
 
 
+@dataclass(slots=True, eq=False)
+class _TopicWait:
+    """The pops long-polling one topic: the event its next arrival sets,
+    and how many pops wait on it."""
+
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    pops: int = 0
+
+
 class PopService:
     def __init__(
         self,
@@ -108,10 +117,8 @@ class PopService:
         self._clock = clock
         self.pending = CheckpointTable()
         self._task: asyncio.Task[None] | None = None
-        #: per topic a pop waits on: the event its arrivals set, and how
-        #: many pops wait (the store tells this service only of those topics)
-        self._arrivals: dict[str, asyncio.Event] = {}
-        self._waiting: dict[str, int] = {}
+        #: the topics pops wait on (the store tells this service only of those)
+        self._waits: dict[str, _TopicWait] = {}
         #: messages revived into the retry topic, and put into the DLQ
         self.revived = 0
         self.dead_lettered = 0
@@ -130,7 +137,7 @@ class PopService:
         self.topics.create_system_group_topic(self.revive_topic, 1, PERM_READ | PERM_WRITE)
         self.pending = CheckpointTable()
         self._rebuild()
-        for t in self._waiting:  # pops that outlived a shutdown
+        for t in self._waits:  # pops that outlived a shutdown
             self.store.add_arrival_listener(self._arrived, t)
         self._task = asyncio.get_running_loop().create_task(
             self._revive_loop(), name="pyrmq:pop:revive"
@@ -139,7 +146,7 @@ class PopService:
             log.info("pop: %d messages out when the broker stopped", len(self.pending))
 
     async def shutdown(self) -> None:
-        for t in self._waiting:  # their pops end by their own timeouts
+        for t in self._waits:  # their pops end by their own timeouts
             self.store.remove_arrival_listener(self._arrived, t)
         task, self._task = self._task, None
         if task is not None:
@@ -283,36 +290,34 @@ class PopService:
     # -- long polling -----------------------------------------------------------------
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
-        ev = self._arrivals.get(topic)
-        if ev is not None:
-            ev.set()
+        w = self._waits.get(topic)
+        if w is not None:
+            w.arrived.set()
 
     async def wait_arrival(self, topics: list[str], timeout: float) -> None:
         """Until a message arrives in one of topics, or timeout."""
         topics = list(dict.fromkeys(topics))
         events = []
         for t in topics:
-            ev = self._arrivals.get(t)
-            if ev is None or ev.is_set():
-                ev = self._arrivals[t] = asyncio.Event()
-            events.append(ev)
-            n = self._waiting.get(t, 0)
-            if n == 0:
+            w = self._waits.get(t)
+            if w is None:
+                w = self._waits[t] = _TopicWait()
                 self.store.add_arrival_listener(self._arrived, t)
-            self._waiting[t] = n + 1
+            elif w.arrived.is_set():  # by an arrival an earlier pop took
+                w.arrived = asyncio.Event()
+            w.pops += 1
+            events.append(w.arrived)
         waits = [asyncio.ensure_future(ev.wait()) for ev in events]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waits:
-                w.cancel()
+            for f in waits:
+                f.cancel()
             for t in topics:
-                n = self._waiting[t] - 1
-                if n:
-                    self._waiting[t] = n
-                else:
-                    del self._waiting[t]
-                    self._arrivals.pop(t, None)
+                w = self._waits[t]
+                w.pops -= 1
+                if not w.pops:
+                    del self._waits[t]
                     self.store.remove_arrival_listener(self._arrived, t)
 
     # -- ack and change ---------------------------------------------------------------
