@@ -23,11 +23,11 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pyrmq.common.aio import start_eager
 from pyrmq.common.message import (
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_RETRY_TOPIC,
@@ -62,26 +62,6 @@ LOCAL_RETRY_DELAY = 5.0
 LOCK_RETRY_DELAY = 0.1
 
 Listener = Callable[[list[MessageExt], Any], Any]
-
-
-if sys.version_info >= (3, 12):
-
-    def _start(coro: Any, name: str) -> asyncio.Task[Any]:
-        """A task that runs coro at once, up to its first real wait: the
-        listener of messages a pull answer brought starts in the read
-        callback that decoded them instead of a loop turn later (~100 µs
-        of produce-to-consume at 1,000 msgs/s: bench/README.md, "Produce
-        to consume"). A loop with a task factory of its own gets its
-        task made there, started a loop turn later as before 3.12."""
-        loop = asyncio.get_running_loop()
-        if loop.get_task_factory() is not None:
-            return loop.create_task(coro, name=name)
-        return asyncio.Task(coro, loop=loop, name=name, eager_start=True)
-
-else:  # no eager tasks before 3.12: the listener starts at the next loop turn
-
-    def _start(coro: Any, name: str) -> asyncio.Task[Any]:
-        return asyncio.get_running_loop().create_task(coro, name=name)
 
 
 #: listener answers that consumed the messages (None counts: CONSUME_SUCCESS)
@@ -178,7 +158,11 @@ class _ListenerRunner:
         return out
 
     def spawn(self, coro: Any, name: str) -> None:
-        task = _start(coro, name)
+        """The listener's messages go to it at once: the task runs up to its
+        first wait here, in the pull's read callback, not a loop turn later
+        (~40-100 µs of produce-to-consume at 1,000 msgs/s: bench/README.md,
+        "Produce to consume")."""
+        task = start_eager(coro, name)
         if task.done():  # ran to its end eagerly
             self._done(task)
             return

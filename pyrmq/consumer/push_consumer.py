@@ -597,8 +597,8 @@ class PushConsumer(ConsumerBase):
         the listener's task runs ahead of the pull loop that resumes then
         to send the next pull (resuming the loop first to hand them over
         cost a loop turn more of the produce-to-consume latency:
-        bench/README.md, "Produce to consume"); on Python 3.12 and later
-        a concurrent listener starts right here (consume_service._start).
+        bench/README.md, "Produce to consume"); a concurrent listener
+        starts right here (an eager task: pyrmq.common.aio.start_eager).
         The loop gets the result (msg_found_list: what passed the
         subscription's filter) or the error."""
         if pulled.done():  # the pull loop was cancelled

@@ -1,7 +1,7 @@
 """How a PushConsumer runs its listener, against a real NameServer +
 Broker (LocalCluster, TCP on 127.0.0.1): a coroutine function on the event
 loop, a plain function in the consume pool; each call its own task,
-started in the pull's read callback on Python 3.12+ (an eager task) unless
+started in the pull's read callback (an eager task, on 3.11 too) unless
 the loop has a task factory of its own.
 
 Every wait is a bounded poll (`wait_until`); nothing is timed."""
@@ -69,9 +69,9 @@ def _called_from(name: str) -> bool:
 
 
 def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, tmp_path):
-    """On Python 3.12+ the listener of a pull's messages starts inside the
-    read callback that decoded them (an eager task), before 3.12 a loop turn
-    later; either way it runs as a task of its own (asyncio.timeout works,
+    """The listener of a pull's messages starts inside the read callback
+    that decoded them (an eager task, on every Python); it runs as a task of
+    its own (asyncio.timeout works,
     current_task is named), a listener that waits and one that does not
     both get every message once, and the offsets of both are committed."""
 
@@ -112,11 +112,7 @@ def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, t
             assert tasks == {"pyrmq:consumer:consume"}
             assert table == ends
             # every pull answer is handed over in _pulled, the read callback
-            assert in_read_callback
-            if sys.version_info >= (3, 12):
-                assert all(in_read_callback), in_read_callback
-            else:
-                assert not any(in_read_callback), in_read_callback
+            assert in_read_callback and all(in_read_callback), in_read_callback
 
     arun(main(), timeout=60)
 
