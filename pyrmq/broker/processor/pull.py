@@ -199,7 +199,8 @@ class PullMessageProcessor:
         #: (topic, queue_id) -> held pulls
         self._held: dict[tuple[str, int], list[PullRequest]] = {}
         self._to_wake: set[tuple[str, int]] = set()
-        self._wake_scheduled = False
+        #: the loop's call of _wake for what is in _to_wake (None: none due)
+        self._wake_handle: asyncio.Handle | None = None
         store.add_arrival_listener(self.notify_message_arriving)
 
     # -- the request ------------------------------------------------------------
@@ -406,9 +407,11 @@ class PullMessageProcessor:
         if not self._held:
             return
         self._to_wake.update(self._held)
-        if not self._wake_scheduled:
-            self._wake_scheduled = True
-            asyncio.get_running_loop().call_soon(self._wake)
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        if self._wake_handle is None:
+            self._wake_handle = asyncio.get_running_loop().call_soon(self._wake)
 
     def _hold(self, req: PullRequest, wait: float) -> None:
         loop = asyncio.get_running_loop()
@@ -447,9 +450,7 @@ class PullMessageProcessor:
         if key not in self._held:
             return
         self._to_wake.add(key)
-        if not self._wake_scheduled:
-            self._wake_scheduled = True
-            asyncio.get_running_loop().call_soon(self._wake)
+        self._wake_soon()
 
     def wake_held(self) -> None:
         """Answer now the held pulls this loop iteration's puts woke,
@@ -457,14 +458,15 @@ class PullMessageProcessor:
         calls it once a chunk's answers are written: the woken consumers'
         answers then leave in the same iteration, right behind the
         producers', one loop turn sooner (bench/README.md, "Produce to
-        consume")."""
-        if self._wake_scheduled:
+        consume"). The loop's call of _wake is cancelled: it would find
+        nothing left, and costs a loop handle a send."""
+        handle = self._wake_handle
+        if handle is not None:
+            handle.cancel()
             self._wake()
 
     def _wake(self) -> None:
-        if not self._wake_scheduled:
-            return  # wake_held served them already
-        self._wake_scheduled = False
+        self._wake_handle = None
         keys, self._to_wake = self._to_wake, set()
         for key in keys:
             for req in list(self._held.get(key, ())):
