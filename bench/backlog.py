@@ -115,6 +115,7 @@ import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
 from bench import pipelined as pl
+from bench._args import work_dir
 from pyrmq.testing.cluster import ProcessCluster
 
 TOPIC = "BenchBacklog"
@@ -743,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="steps up to 2M, shorter windows")
     p.add_argument("--messages", type=int, default=None, help="the largest step")
     p.add_argument("--seconds", type=float, default=None, help="produce window (s)")
-    p.add_argument("--dir", default=None, help="where the store lives (default: $TMPDIR)")
+    p.add_argument(
+        "--dir", type=work_dir, default=None, help="where the store lives (default: $TMPDIR)"
+    )
     p.add_argument("--out", required=True, help="folder for backlog.json")
     args = p.parse_args(argv)
     res = run(

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from bench import broker_load as bl
 from bench import limits
 from bench import pipelined as pl
+from bench._args import work_dir
 from bench.store_report import _T0, Row, _met, _n, describe_machine, log, render
 
 T = TypeVar("T")
@@ -440,7 +441,7 @@ def _servers(root: str, flush: str, conf: tuple[str, ...] = ()) -> Iterator[bl.S
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=tempfile.gettempdir(),
+    parser.add_argument("--dir", type=work_dir, default=tempfile.gettempdir(),
                         help="directory (filesystem) for the brokers' stores")
     parser.add_argument("--quick", action="store_true", help="short runs (~2 min)")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON here")

@@ -42,6 +42,7 @@ from typing import Any
 
 from bench import _e2e, _report
 from bench import broker_load as bl
+from bench._args import work_dir
 from bench._e2e import Budget, ConsumeClock, Flow, LatencyProbe
 from pyrmq import (
     ConsumeFromWhere,
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, help="unacknowledged messages")
     ap.add_argument("--batch", type=int)
     ap.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args(argv)
     budget = Budget.make(args.quick, args.sizes)

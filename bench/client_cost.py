@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench import broker_load as bl
+from bench._args import work_dir
 
 WINDOW = 1024
 BODY = b"x" * 128
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--callgrind", action="store_true", help="instructions a send, by callgrind")
     ap.add_argument("--low", type=int, default=3000, help="--callgrind's smaller count")
     ap.add_argument("--high", type=int, default=13000, help="--callgrind's larger count")
-    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     args = ap.parse_args(argv)
     if args.callgrind:
         return _callgrind(args)

@@ -53,6 +53,7 @@ from typing import Any
 
 from bench import _e2e
 from bench import broker_load as bl
+from bench._args import work_dir
 from bench._cluster import git_tree
 
 
@@ -393,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--size", type=int, default=128)
-    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     ap.add_argument("--json")
     ap.add_argument("--pipelined", action="store_true", help="the throughput duel")
     ap.add_argument("--e2e", action="store_true", help="the produce-to-consume duel with NATS")

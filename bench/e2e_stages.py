@@ -36,6 +36,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from bench._args import work_dir
+
 #: (time ns, label, bytes, fd) of everything stamped in this process
 EVENTS: list[tuple[int, str, int, int]] = []
 
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rate", type=float, default=1000.0)
-    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     ap.add_argument("--json", help="write the result here too")
     args = ap.parse_args(argv)
     import bench.broker_load as bl

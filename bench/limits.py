@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from bench._args import work_dir
+
 _MIB = 1 << 20
 
 
@@ -240,7 +242,7 @@ def measure_all(directory: str, quick: bool = False) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point: print the figures as a table or JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=tempfile.gettempdir(), help="directory")
+    parser.add_argument("--dir", type=work_dir, default=tempfile.gettempdir(), help="directory")
     parser.add_argument("--quick", action="store_true", help="smaller, faster probes")
     parser.add_argument("--json", action="store_true", help="print JSON, not a table")
     args = parser.parse_args(argv)

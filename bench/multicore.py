@@ -40,6 +40,7 @@ from typing import Any
 
 from bench import broker_load as bl
 from bench import pipelined as pl
+from bench._args import work_dir
 from bench._runs import paired_ratio
 from pyrmq.remoting import RequestCode
 
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--window", type=int, default=256, help="outstanding sends per connection")
-    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the stores go")
+    ap.add_argument(
+        "--dir", type=work_dir, default=tempfile.gettempdir(), help="where the stores go"
+    )
     ap.add_argument("--json", help="write every run here")
     args = ap.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:

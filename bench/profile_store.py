@@ -28,6 +28,7 @@ from typing import Any
 
 import rmqcore
 from bench import _workloads as w
+from bench._args import work_dir
 from pyrmq.storage import FlushDiskType, MessageStore
 
 
@@ -146,7 +147,7 @@ def profile_send(a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--cprofile", action="store_true", help="print a cProfile table")
     sub = parser.add_subparsers(dest="workload", required=True)

@@ -65,6 +65,7 @@ from typing import Any
 import rmqcore
 from bench import _cluster as cl
 from bench import broker_load as bl
+from bench._args import work_dir
 from bench._children import LoadProcesses
 from bench.pipelined import NoDelayProtocol
 from pyrmq.testing.cluster import ProcessCluster
@@ -454,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--brokers", type=_ints, default=None, help="e.g. 1,2,4")
     p.add_argument("--connections", type=_ints, default=None, help="e.g. 1,10,100,1000")
     p.add_argument("--seconds", type=float, default=None, help="measured window (s)")
-    p.add_argument("--dir", default=None, help="where the stores live (default: $TMPDIR)")
+    p.add_argument(
+        "--dir", type=work_dir, default=None, help="where the stores live (default: $TMPDIR)"
+    )
     p.add_argument("--out", required=True, help="folder for scale.json")
     args = p.parse_args(argv)
     res = run(

@@ -34,6 +34,7 @@ from typing import Any
 import rmqcore
 from bench import _workloads as w
 from bench import limits
+from bench._args import work_dir
 
 _T0 = time.perf_counter()
 
@@ -425,7 +426,7 @@ def build_rows(lim: dict[str, float], appends: list[dict[str, Any]],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=tempfile.gettempdir(),
+    parser.add_argument("--dir", type=work_dir, default=tempfile.gettempdir(),
                         help="directory (filesystem) to measure on")
     parser.add_argument("--quick", action="store_true", help="smaller counts (< 60 s)")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON here")

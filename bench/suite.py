@@ -58,6 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import _plots, _report
+from bench._args import work_dir
 from bench._e2e import Budget
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -423,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda v: [x for x in v.split(",") if x],
         help="peers of part 3 (default: all)",
     )
-    ap.add_argument("--dir", help="where stores and data directories go (default: temp dir)")
+    ap.add_argument(
+        "--dir", type=work_dir, help="where stores and data directories go (default: temp dir)"
+    )
     ap.add_argument(
         "--sizes",
         type=lambda v: tuple(int(x) for x in v.split(",")),

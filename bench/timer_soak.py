@@ -30,6 +30,7 @@ import tempfile
 import time
 from typing import Any
 
+from bench._args import work_dir
 from pyrmq import Message, Producer
 from pyrmq.client.api import PULL_FLAG_SUBSCRIPTION, MQClientAPI
 from pyrmq.common.errors import BrokerError, RMQError
@@ -225,7 +226,7 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=2)
     ap.add_argument("--grace-s", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--dir", default=None)
+    ap.add_argument("--dir", type=work_dir, default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     summary = asyncio.run(main_async(a))
