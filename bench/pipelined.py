@@ -14,8 +14,9 @@ broker, not the client, is what is measured.
   and the rate runs from the common start to the last answer.
 
 Only the length prefix and the start of each response header
-(``{"code":0,``) are looked at. Server CPU comes from /proc/PID/stat over
-the measured window (``Server.cpu_s``)."""
+(``{"code":0,``) are looked at; a Sender counts them with C calls
+(whole_frames_end, bytes.count), not a Python walk of each answer. Server
+CPU comes from /proc/PID/stat over the measured window (``Server.cpu_s``)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ from typing import Any
 from bench import broker_load as bl
 from bench._children import LoadProcesses
 from pyrmq.storage import MessageStoreConfig
+from rmqcore import whole_frames_end
 
 #: ConsumeQueue units per file with the broker's default sizes
 CQ_UNITS = MessageStoreConfig().cq_units_per_file
+#: what every JSON answer header starts with
+FRAME_HEAD = b'{"code":'
+#: the largest answer frame a Sender takes (a send's answer is ~300 bytes)
+MAX_ANSWER = 1 << 20
 
 
 class NoDelayProtocol(asyncio.Protocol):
@@ -98,19 +104,20 @@ class Sender(NoDelayProtocol):
             k -= m
 
     def data_received(self, data: bytes) -> None:
+        """Counts the whole answers received: every JSON header starts with
+        FRAME_HEAD, a success's with OK_HEAD, and a send's answer carries
+        no body, so two C-level counts over the whole frames do it. (A
+        Python walk of each frame cost ~1 µs an answer: the generator took a
+        third of a core at 400k msgs/s, on the core the broker's C send
+        thread was meant to have: bench.multicore.)"""
         buf = self.buf
         buf += data
-        pos, end, n_ok, n = 0, len(buf), 0, 0
-        while end - pos >= 4:
-            size = int.from_bytes(buf[pos : pos + 4], "big")
-            if end - pos - 4 < size:
-                break
-            if buf[pos + 8 : pos + 18] == bl.OK_HEAD:
-                n_ok += 1
-            n += 1
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        end = whole_frames_end(buf, MAX_ANSWER)
+        if not end:
+            return
+        n = buf.count(FRAME_HEAD, 0, end)
+        n_ok = buf.count(bl.OK_HEAD, 0, end)
+        del buf[:end]
         self.ok += n_ok
         self.bad += n - n_ok
         self.outstanding -= n
