@@ -233,12 +233,26 @@ int rmq_store_check_redispatch(rmq_store_t *s, const rmq_record_view_t *v, int *
     return RMQ_OK;
 }
 
+/* 1 when the record a unit names (rmq_store_unit_names_record passed, in
+ * the pinned file f) carries the queue's topic. Reads check only the fixed
+ * header; recovery checks the TOPIC too: after a crash, a byte of it may
+ * have changed in the unflushed tail while the ConsumeQueue unit made at the
+ * put survived in the page cache, and the record then belongs to another
+ * queue (the body CRC does not cover the topic). */
+static int unit_record_has_topic(const rmq_mapped_file_t *f, const rmq_cq_unit_t *u,
+                                 const rmq_tq_entry_t *e) {
+    int64_t rel = u->phys_offset - f->from_offset;
+    rmq_record_view_t v;
+    return rmq_record_decode(f->base + rel, rmq_mapped_file_wrote(f) - rel, &v) == RMQ_OK &&
+           v.topic_len == e->topic_len && memcmp(v.topic, e->topic, (size_t)e->topic_len) == 0;
+}
+
 /* Check the units of one queue that name records at or after verify_from
- * (the part of the log recovery just verified) against the record headers
- * there; cut the queue at the first that disagrees (its records are then
- * dispatched again; units of records quarantined as damaged come back as
- * empty units, which reads skip). Units are read 64 at a time, one pin of
- * their file each. */
+ * (the part of the log recovery just verified) against the records there
+ * (header and topic); cut the queue at the first that disagrees (its records
+ * are then dispatched again; units of records quarantined as damaged come
+ * back as empty units, which reads skip). Units are read 64 at a time, one
+ * pin of their file each. */
 static int verify_units(rmq_store_t *s, rmq_tq_entry_t *e, int64_t verify_from) {
     rmq_consume_queue_t *cq = e->cq;
     int64_t lo = rmq_cq_min_offset(cq), hi = rmq_cq_max_offset(cq);
@@ -263,7 +277,8 @@ static int verify_units(rmq_store_t *s, rmq_tq_entry_t *e, int64_t verify_from) 
             scanned == 0)
             break;
         for (int i = 0; i < n && bad < 0; i++)
-            if (!rmq_store_unit_names_record(s, &batch[i], qoffs[i], e->queue_id, &pin))
+            if (!rmq_store_unit_names_record(s, &batch[i], qoffs[i], e->queue_id, &pin) ||
+                !unit_record_has_topic(pin, &batch[i], e))
                 bad = qoffs[i];
         k += scanned;
     }

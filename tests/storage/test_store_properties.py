@@ -592,6 +592,22 @@ def test_recovery_after_corrupting_any_byte_of_the_unflushed_last_record(
         check_after_tail_corruption(root, recs, new)
 
 
+def test_topic_flip_in_the_unflushed_tail_minimal(base: str) -> None:
+    """A byte of the last record's TOPIC flipped after a crash (the body CRC
+    does not cover it): its ConsumeQueue unit, still in the page cache after
+    the kill, names a record that now says another topic. Recovery must drop
+    that unit; the record, kept, belongs to the topic its bytes name (found
+    by the property test above: "UVH5h00" became "UWH5h00")."""
+    with store_dir(base) as root:
+        msgs = [dict(topic="TV", qid=2, body=b"first", props={}),
+                dict(topic="TV", qid=1, body=b"second", props={"KEYS": "k"})]
+        recs, _ = write_and_crash(root, msgs, 0, "sigkill")
+        victim = recs[-1]
+        at = victim.raw.index(b"TV")
+        poke(root, victim.phys + at + 1, ord("V") ^ ord("W"))  # "TV" -> "TW"
+        check_after_tail_corruption(root, recs, [dict(topic="TV", qid=1, body=b"n", props={})])
+
+
 def test_queue_offset_flip_in_the_unflushed_tail_minimal(base: str) -> None:
     """QUEUEOFFSET of the last record + 4096: recovery re-dispatches it and
     fills the gap with ConsumeQueue segments, one file (and fd) each (1365
