@@ -58,8 +58,10 @@ VERSION = 401
 #: the language this side's commands declare (LanguageCode)
 LANGUAGE = "PYTHON"
 
+#: what a connection reads into and a Splitter splits
+ReadBytes = bytes | bytearray | memoryview
 #: split_frames' signature: (buffer, max_frame) -> (frames, bytes consumed)
-Splitter = Callable[[bytes | bytearray, int], tuple[list[tuple[int, Any, bytes]], int]]
+Splitter = Callable[[ReadBytes, int], tuple[list[tuple[int, Any, bytes]], int]]
 
 _U32 = struct.Struct(">I")
 _PREFIX = struct.Struct(">II")
@@ -298,15 +300,16 @@ class FrameDecoder:
         self._buf = bytearray()
         self.max_frame = max_frame
 
-    def feed(self, data: bytes, split: Splitter = _split_frames) -> list[RemotingCommand]:
+    def feed(self, data: ReadBytes, split: Splitter = _split_frames) -> list[RemotingCommand]:
         """Append data; return every complete command. Raises FrameError on
         a bad frame (the rest of the stream is then unusable). split: what
         splits the frames (the broker's send path serves some of them on
-        the way and returns the others)."""
+        the way and returns the others). data is not kept: what is left of
+        it is copied, and split must copy what it keeps."""
         buf = self._buf
         if buf:
             buf += data
-            src: bytes | bytearray = buf
+            src: ReadBytes = buf
         else:
             src = data
         try:

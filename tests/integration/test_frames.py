@@ -275,6 +275,49 @@ def test_frames_split_and_coalesced(arun, tmp_path):
     arun(main())
 
 
+def test_partial_frames_of_connections_read_in_turn(arun, tmp_path):
+    """Every connection of a loop reads into one shared buffer
+    (pyrmq.remoting.connection._read_buffer): a frame one connection has
+    half received must survive the reads of another in between. Each
+    round leaves half a frame on A, has B's whole request answered (B's
+    bytes go through the buffer meanwhile), then sends A's other half."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as (c, cl):
+            await send_ok(cl, c.broker_addr, "HalfT", b"x", 0)
+            host, port = split_addr(c.broker_addr)
+            a_r, a_w = await asyncio.open_connection(host, port)
+            b_r, b_w = await asyncio.open_connection(host, port)
+
+            def request(opaque: int) -> bytes:
+                # a body the request does not use, so the halves are long
+                return RemotingCommand(
+                    RC.GET_MAX_OFFSET,
+                    {"topic": "HalfT", "queueId": "0"},
+                    body=bytes([opaque]) * 3000,
+                    opaque=opaque,
+                ).encode()
+
+            try:
+                async with asyncio.timeout(20):
+                    for k in range(1, 9):
+                        fa = request(k)
+                        a_w.write(fa[: len(fa) // 2 + k])
+                        await a_w.drain()
+                        b_w.write(request(100 + k))
+                        hb = _json_answer(*(await _read_frame(b_r))[:2])
+                        assert (hb["opaque"], hb["code"]) == (100 + k, 0)
+                        a_w.write(fa[len(fa) // 2 + k :])
+                        ha = _json_answer(*(await _read_frame(a_r))[:2])
+                        assert (ha["opaque"], ha["code"]) == (k, 0)
+                        assert ha["extFields"]["offset"] == "1"
+            finally:
+                a_w.close()
+                b_w.close()
+
+    arun(main())
+
+
 def _binary_header(code: int, opaque: int, fields: dict[str, str], remark: str = "") -> bytes:
     ext = b""
     for k, v in fields.items():

@@ -49,7 +49,7 @@ from pyrmq.broker.processor.send_answer import (
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import StoreError
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
-from pyrmq.remoting.command import FrameDecoder
+from pyrmq.remoting.command import FrameDecoder, ReadBytes
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
 
@@ -123,7 +123,7 @@ class SendFastPath:
             self._topics_version = self._topics.data_version
         return self._sp
 
-    def split(self, conn: Connection, buf: bytes | bytearray, max_frame: int) -> Frames:
+    def split(self, conn: Connection, buf: ReadBytes, max_frame: int) -> Frames:
         """split_frames for conn, the common sends served on the way."""
         hooked = self._server.has_rpc_hooks or conn.rpc_hook is not None
         if hooked or not self._processor.takes_plain_sends():
@@ -162,7 +162,7 @@ class SendFastPath:
         self,
         sp: rmqcore.SendPath,
         conn: Connection,
-        buf: bytes | bytearray,
+        buf: ReadBytes,
         max_frame: int,
         t0: int,
     ) -> int:
@@ -171,6 +171,8 @@ class SendFastPath:
         end = rmqcore.whole_frames_end(buf, max_frame)
         if end == 0 or end < self.lane_min_bytes or not conn.is_open:
             return 0
+        # the thread keeps what it is given: a view (the connection's read
+        # buffer, reused by the next read) is copied
         data = buf if type(buf) is bytes and end == len(buf) else bytes(memoryview(buf)[:end])
         loop = self._lanes_loop
         assert loop is not None  # split() hands over only while the threads run
