@@ -520,11 +520,19 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is None or self.transport.is_closing():
             raise RemotingError(f"connection to {self.peer} is closed")
         loop = self._loop
-        self._pending[opaque] = (loop.time() + timeout, on_done, code, timeout)
+        pending = self._pending
+        # nothing in flight and nothing queued: a lone request (an awaited
+        # send, a pull) leaves now, without the end-of-iteration flush that
+        # would cost it a loop turn of its own and find nothing to coalesce
+        lone = not pending and self._soon is None
+        pending[opaque] = (loop.time() + timeout, on_done, code, timeout)
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(SWEEP_INTERVAL, self._sweep)
-        # requests made in one loop iteration leave in one write
-        self.send_frame_soon(frame)
+        if lone:
+            self.send_bytes(frame)
+        else:
+            # requests made in one loop iteration leave in one write
+            self.send_frame_soon(frame)
 
     def _sweep(self) -> None:
         """Fail the requests whose deadline passed (scanResponseTable)."""
