@@ -8,8 +8,9 @@ fixed rate, a PushConsumer listening), both stamp every socket write and
 read of asyncio's selector transport and the entry of a few named
 functions with ``time.perf_counter_ns`` (one monotonic clock for both
 processes). Each message's stamps are then followed from its send to its
-listener and the median of every stage is printed (bench/README.md,
-"Produce to consume"). The stamps cost ~1-2 µs each, so the total is a
+listener and every stage's p50, p90 and p99 are printed, with its median
+among the slowest 1% of the messages (where the tail's time goes;
+bench/README.md, "Produce to consume"). The stamps cost ~1-2 µs each, so the total is a
 little above an unstamped run's.
 
 Which connection is which is told by frame sizes: the producer's sends
@@ -59,17 +60,23 @@ def install(marks: tuple[tuple[str, str, str, str], ...]) -> None:
 
     clock, events = time.perf_counter_ns, EVENTS
     cls: Any = se._SelectorSocketTransport
-    write, read = cls.write, cls._read_ready__data_received
+    write = cls.write
 
     def stamped_write(self: Any, data: Any) -> None:
         events.append((clock(), "W", len(data), self._sock_fd))
         write(self, data)
 
-    def stamped_read(self: Any) -> None:
-        events.append((clock(), "R", 0, self._sock_fd))
-        read(self)
+    def stamped(read: Any) -> Any:
+        def stamped_read(self: Any) -> None:
+            events.append((clock(), "R", 0, self._sock_fd))
+            read(self)
 
-    cls.write, cls._read_ready__data_received = stamped_write, stamped_read
+        return stamped_read
+
+    cls.write = stamped_write
+    # a Protocol's reads and a BufferedProtocol's (pyrmq's Connection)
+    for name in ("_read_ready__data_received", "_read_ready__get_buffer"):
+        setattr(cls, name, stamped(getattr(cls, name)))
     for module, name, fn, label in marks:
         owner = getattr(importlib.import_module(module), name)
         setattr(owner, fn, _marked(owner.__dict__[fn], label))
@@ -186,11 +193,14 @@ STAGES = (
 
 
 def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) -> dict[str, Any]:
-    """Per stage, the median and p90 in µs over the messages followed."""
+    """Per stage, the p50, p90 and p99 in µs over the messages followed,
+    and the stages of the slowest 1% (_tail)."""
     c, b = _Timeline(client), _Timeline(broker)
     c_pull_fd, c_send_fd = _two_fds(client)
     b_ack_fd, b_pull_fd = _two_fds(broker)
     got: dict[str, list[int]] = defaultdict(list)
+    #: (total, {stage: µs}) of every message followed, for the tail
+    each: list[tuple[int, dict[str, int]]] = []
     followed = 0
     for seen_at, stamp in seen:
         at: dict[str, int | None] = {"stamp": stamp, "seen": seen_at}
@@ -215,10 +225,13 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
         if at["c_pull"] is not None:
             at["pulled"] = c.next(at["c_pull"], "pulled")
         followed += 1
+        mine: dict[str, int] = {}
         for a, z, name in STAGES:
             ta, tz = at.get(a), at.get(z)
             if ta is not None and tz is not None and tz >= ta:
                 got[name].append(tz - ta)
+                mine[name] = tz - ta
+        each.append((seen_at - stamp, mine))
     rows = {}
     for _, _, name in STAGES:
         xs = sorted(got[name])
@@ -226,9 +239,27 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
             rows[name] = {
                 "p50_us": round(xs[len(xs) // 2] / 1000, 1),
                 "p90_us": round(xs[int(len(xs) * 0.9)] / 1000, 1),
+                "p99_us": round(xs[int(len(xs) * 0.99)] / 1000, 1),
                 "n": len(xs),
             }
-    return {"messages": len(seen), "followed": followed, "stages": rows}
+    return {"messages": len(seen), "followed": followed, "stages": rows, "tail": _tail(each)}
+
+
+def _tail(each: list[tuple[int, dict[str, int]]]) -> dict[str, Any]:
+    """The slowest 1% of the messages followed (total at or above the
+    p99): the median of each of their stages, to set beside the stage's
+    median over all (which stage a slow message lost its time in)."""
+    if not each:
+        return {"messages": 0, "stages": {}}
+    totals = sorted(t for t, _ in each)
+    p99 = totals[int(len(totals) * 0.99)]
+    slow = [m for t, m in each if t >= p99]
+    stages = {}
+    for _, _, name in STAGES:
+        xs = sorted(m[name] for m in slow if name in m)
+        if xs:
+            stages[name] = round(xs[len(xs) // 2] / 1000, 1)
+    return {"messages": len(slow), "from_us": round(p99 / 1000, 1), "stages": stages}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,9 +291,19 @@ def main(argv: list[str] | None = None) -> int:
         # the store preallocates its segments: ~2.5 GB left behind a run
         shutil.rmtree(workdir, ignore_errors=True)
     doc = {"rate": args.rate, "seconds": args.seconds, **stages(EVENTS, broker, seen)}
-    print(f"{doc['followed']:,} of {doc['messages']:,} messages followed; medians (p90), µs")
+    tail = doc["tail"]
+    print(f"{doc['followed']:,} of {doc['messages']:,} messages followed; µs:")
+    print(f"  {'stage':48s} {'p50':>8s} {'p90':>8s} {'p99':>8s} {'slowest 1%':>11s}")
     for name, row in doc["stages"].items():
-        print(f"  {name:48s} {row['p50_us']:8.1f}  ({row['p90_us']:.1f})")
+        slow = tail["stages"].get(name)
+        print(
+            f"  {name:48s} {row['p50_us']:8.1f} {row['p90_us']:8.1f} {row['p99_us']:8.1f}"
+            f" {'' if slow is None else f'{slow:11.1f}'}"
+        )
+    print(
+        f"  the slowest 1%: {tail['messages']} messages of {tail.get('from_us', 0):.0f} µs"
+        " and more, each stage's median among them"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
