@@ -224,6 +224,33 @@ def wait_route(namesrv: str, topic: str, timeout: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+def settle_store(server: Server, topic: str, queues: int, quiet: float = 0.05,
+                 timeout: float = 20.0) -> tuple[bool, float]:
+    """One message put on each of topic's queues, then wait until the
+    server's CPU is quiet (under `quiet` of a core over a quarter second):
+    the store's one-time work at its first puts (the first CommitLog
+    segment made, the next one preallocated and warmed, about a second of
+    a core at 1 GiB) is then done before a measurement, instead of being
+    charged to the messages of its first window. Returns (quiet reached,
+    seconds waited)."""
+    with BlockingClient(server.broker) as c:
+        for q in range(queues):
+            r = c.call(10, send_fields(topic, q, cpp_properties(q), int(time.time() * 1000)),
+                       b"settle")
+            if r.code != 0:
+                raise RuntimeError(f"SEND_MESSAGE to {topic}/{q}: {r.code} {r.remark}")
+    t0 = time.monotonic()
+    step = 0.25
+    cpu = server.cpu_s()
+    while time.monotonic() - t0 < timeout:
+        time.sleep(step)
+        now = server.cpu_s()
+        if now - cpu < quiet * step:
+            return True, time.monotonic() - t0
+        cpu = now
+    return False, time.monotonic() - t0
+
+
 # -- frames shaped like the C++ client's --------------------------------------------
 
 

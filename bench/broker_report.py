@@ -93,6 +93,9 @@ def run_cpp(b: Budget, brk: bl.Server, ans: bl.Server) -> dict[str, Any]:
     topic = "BenchCpp"
     bl.create_topic(brk.broker, topic, 4)
     bl.wait_route(brk.namesrv, topic)
+    quiet, waited = bl.settle_store(brk, topic, 4)
+    log(f"the broker's store {'settled' if quiet else 'still busy'} {waited:.1f} s after "
+        "its first puts (segment preallocation and warming, before any pair)")
     out: dict[str, Any] = {}
     for mode in ("sync", "oneway"):
         runs: dict[str, list[dict[str, Any]]] = {"pyrmq": [], "answer": []}
