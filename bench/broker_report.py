@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from bench import broker_load as bl
-from bench import limits
+from bench import limits, raw_latency
 from bench import pipelined as pl
 from bench._args import work_dir
 from bench.store_report import _T0, Row, _met, _n, describe_machine, log, render
@@ -218,8 +218,8 @@ def run_latency(b: Budget, srv: bl.Server, flush: str) -> dict[str, Any] | None:
     """(d) best of b.repeat by p99; None if every run failed."""
     runs = []
     for i in range(b.repeat):
-        r = isolated("d", f"latency {flush}", bl.latency, srv, f"BenchLat{flush[:4]}{i}", 4,
-                     1000.0, 1.0, b.latency_s)
+        r = isolated("d", f"latency {flush}", raw_latency.latency, srv,
+                     f"BenchLat{flush[:4]}{i}", 4, 1000.0, 1.0, b.latency_s)
         if r is None:
             continue
         log(f"latency {flush}: p50 {r['p50_ms']:.2f} / p99 {r['p99_ms']:.2f} / p99.9 "
