@@ -15,14 +15,9 @@ import time
 from typing import Any
 
 import rmqcore
+from bench._e2e import latency_fields
 from bench.broker_load import CONSUMER_GROUP, Server, cpp_properties, create_topic, send_fields
 from pyrmq.remoting.command import RemotingCommand
-
-
-def _pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
 async def _latency(addr: str, topic: str, queues: int, rate: float, warmup: float,
@@ -102,15 +97,10 @@ async def _latency(addr: str, topic: str, queues: int, rate: float, warmup: floa
     await asyncio.gather(*consumers, return_exceptions=True)
     await client.shutdown()
     await producer.shutdown()
-    lat = sorted(x / 1e6 for x in lat_ns)
-    rtt = sorted(x / 1e6 for x in rtt_ns)
     return {
-        "rate": rate, "duration_s": duration, "sent": sent, "received": len(lat),
+        "rate": rate, "duration_s": duration, "sent": sent, "received": len(lat_ns),
         "achieved_rate": sent / duration, "bad": bad,
-        "p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "p999_ms": _pct(lat, 0.999),
-        "max_ms": lat[-1] if lat else float("nan"),
-        "send_rtt_p50_ms": _pct(rtt, 0.5), "send_rtt_p99_ms": _pct(rtt, 0.99),
-        "send_rtt_p999_ms": _pct(rtt, 0.999),
+        **latency_fields(lat_ns), **latency_fields(rtt_ns, "send_rtt_"),
     }
 
 
