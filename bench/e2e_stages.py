@@ -38,6 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from bench._args import work_dir
+from bench._e2e import pct
 
 #: (time ns, label, bytes, fd) of everything stamped in this process
 EVENTS: list[tuple[int, str, int, int]] = []
@@ -237,9 +238,9 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
         xs = sorted(got[name])
         if xs:
             rows[name] = {
-                "p50_us": round(xs[len(xs) // 2] / 1000, 1),
-                "p90_us": round(xs[int(len(xs) * 0.9)] / 1000, 1),
-                "p99_us": round(xs[int(len(xs) * 0.99)] / 1000, 1),
+                "p50_us": round(pct(xs, 0.5) / 1000, 1),
+                "p90_us": round(pct(xs, 0.9) / 1000, 1),
+                "p99_us": round(pct(xs, 0.99) / 1000, 1),
                 "n": len(xs),
             }
     return {"messages": len(seen), "followed": followed, "stages": rows, "tail": _tail(each)}
@@ -251,14 +252,13 @@ def _tail(each: list[tuple[int, dict[str, int]]]) -> dict[str, Any]:
     median over all (which stage a slow message lost its time in)."""
     if not each:
         return {"messages": 0, "stages": {}}
-    totals = sorted(t for t, _ in each)
-    p99 = totals[int(len(totals) * 0.99)]
+    p99 = pct(sorted(t for t, _ in each), 0.99)
     slow = [m for t, m in each if t >= p99]
     stages = {}
     for _, _, name in STAGES:
         xs = sorted(m[name] for m in slow if name in m)
         if xs:
-            stages[name] = round(xs[len(xs) // 2] / 1000, 1)
+            stages[name] = round(pct(xs, 0.5) / 1000, 1)
     return {"messages": len(slow), "from_us": round(p99 / 1000, 1), "stages": stages}
 
 
