@@ -171,9 +171,9 @@ class SendFastPath:
         end = rmqcore.whole_frames_end(buf, max_frame)
         if end == 0 or end < self.lane_min_bytes or not conn.is_open:
             return 0
-        # the thread keeps what it is given: a view (the connection's read
-        # buffer, reused by the next read) is copied
-        data = buf if type(buf) is bytes and end == len(buf) else bytes(memoryview(buf)[:end])
+        # the thread keeps what it is given, and buf is the connection's
+        # read buffer (reused by the next read) or its decoder's: copied
+        data = bytes(memoryview(buf)[:end])
         loop = self._lanes_loop
         assert loop is not None  # split() hands over only while the threads run
         back = loop.create_future()
