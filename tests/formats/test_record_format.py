@@ -174,6 +174,21 @@ def test_java_hash_agrees(s: str) -> None:
     assert rmqcore.tag_code(s) == (ref.java_hash(s) if s else 0)
 
 
+# ASCII runs (hashed eight bytes a step) next to multi-byte characters (one
+# at a time), across every alignment.
+mixed_text = st.lists(
+    st.one_of(st.text(st.characters(max_codepoint=0x7F), max_size=20),
+              st.characters(min_codepoint=0x80, blacklist_categories=("Cs",))),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mixed_text)
+def test_java_hash_agrees_on_ascii_runs_beside_other_characters(s: str) -> None:
+    assert rmqcore.java_hash(s.encode()) == ref.java_hash(s)
+
+
 @SETTINGS
 @given(st.integers(0, 70_000), st.integers(1, 127), st.integers(0, 32767), st.booleans(),
        st.booleans())
