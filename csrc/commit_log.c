@@ -287,24 +287,37 @@ int rmq_record_crc_ok(const rmq_record_view_t *v) {
     return rmq_body_crc(v->body, (size_t)v->body_len) == v->body_crc;
 }
 
-int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
-                  int32_t *val_len) {
-    size_t nl = strlen(name);
+unsigned rmq_props_find(const uint8_t *props, int32_t props_len, const char *const *names,
+                        int n, const uint8_t **vals, int32_t *lens) {
+    size_t nl[RMQ_PROPS_FIND_MAX];
+    if (n > RMQ_PROPS_FIND_MAX) n = RMQ_PROPS_FIND_MAX;
+    for (int i = 0; i < n; i++) nl[i] = strlen(names[i]);
+    unsigned found = 0;
     const uint8_t *p = props, *end = props + props_len;
-    int found = 0;
     while (p < end) {
         const uint8_t *item_end = memchr(p, RMQ_PROPERTY_SEPARATOR, (size_t)(end - p));
         if (!item_end) item_end = end;
         const uint8_t *sep = memchr(p, RMQ_NAME_VALUE_SEPARATOR, (size_t)(item_end - p));
-        if (sep && (size_t)(sep - p) == nl && memcmp(p, name, nl) == 0 &&
-            !memchr(sep + 1, RMQ_NAME_VALUE_SEPARATOR, (size_t)(item_end - sep - 1))) {
-            *val = sep + 1;
-            *val_len = (int32_t)(item_end - sep - 1);
-            found = 1;
+        if (sep) {
+            size_t len = (size_t)(sep - p);
+            for (int i = 0; i < n; i++) {
+                if (len != nl[i] || memcmp(p, names[i], len) != 0) continue;
+                if (!memchr(sep + 1, RMQ_NAME_VALUE_SEPARATOR, (size_t)(item_end - sep - 1))) {
+                    vals[i] = sep + 1;
+                    lens[i] = (int32_t)(item_end - sep - 1);
+                    found |= 1u << i;
+                }
+                break;
+            }
         }
         p = item_end + 1;
     }
     return found;
+}
+
+int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
+                  int32_t *val_len) {
+    return rmq_props_find(props, props_len, &name, 1, val, val_len) != 0;
 }
 
 int64_t rmq_commit_log_roll_next(const rmq_commit_log_t *cl, int64_t offset) {

@@ -116,6 +116,13 @@ int rmq_record_crc_ok(const rmq_record_view_t *v);
 int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
                   int32_t *val_len);
 
+/* rmq_props_get for up to RMQ_PROPS_FIND_MAX names in one pass: vals[i] and
+ * lens[i] receive names[i]'s value (the last one wins); returns a bit mask
+ * of the names found (bit i for names[i]). Pure. */
+#define RMQ_PROPS_FIND_MAX 8
+unsigned rmq_props_find(const uint8_t *props, int32_t props_len, const char *const *names,
+                        int n, const uint8_t **vals, int32_t *lens);
+
 /* Scan from offset (a record boundary) to the end of written data, checking
  * each record's structure, position and (check_crc) CRC. *end receives the
  * offset after the last good record, *count the number of good records and

@@ -147,12 +147,22 @@ int rmq_index_file_put_key(rmq_index_file_t *f, const uint8_t *topic, size_t top
                            const uint8_t *key, size_t key_len, int64_t phy_offset,
                            int64_t store_timestamp) {
     if (!f || (!topic && topic_len) || (!key && key_len)) return RMQ_EBAD_ARG;
+    return rmq_index_file_put_hashed(f, rmq_index_key_hash(topic, topic_len, key, key_len),
+                                     phy_offset, store_timestamp);
+}
+
+void rmq_index_file_prefetch_slot(const rmq_index_file_t *f, int32_t hash) {
+    if (hash >= 0) __builtin_prefetch(slot_ptr(f, hash % f->hash_slot_num), 1);
+}
+
+int rmq_index_file_put_hashed(rmq_index_file_t *f, int32_t hash, int64_t phy_offset,
+                              int64_t store_timestamp) {
+    if (!f || hash < 0) return RMQ_EBAD_ARG;
     uint8_t *base = f->mf->base;
     int32_t count = rmq_index_file_index_count(f);
     if (count <= 0) count = 1;
     if (count >= f->index_num) return RMQ_EFULL;
 
-    int32_t hash = rmq_index_key_hash(topic, topic_len, key, key_len);
     int32_t slot = hash % f->hash_slot_num;
     uint8_t *sp = slot_ptr(f, slot);
     int32_t prev = rmq_get_be32(sp);

@@ -312,24 +312,46 @@ static int roll_file(rmq_index_service_t *s, rmq_index_file_t **out) {
     return -EEXIST;
 }
 
-int rmq_index_service_put(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,
-                          const uint8_t *key, size_t key_len, int64_t phy_offset,
-                          int64_t store_timestamp) {
-    if (!s || (!topic && topic_len) || (!key && key_len)) return RMQ_EBAD_ARG;
-    pthread_mutex_lock(&s->lock);
+/* Under s->lock: one hashed put into the newest file, a new file first
+ * when it is full (or there is none). */
+static int put_hashed(rmq_index_service_t *s, const rmq_index_put_t *e) {
     int rc = RMQ_EFULL;
     if (s->count > 0)
-        rc = rmq_index_file_put_key(s->files[s->count - 1], topic, topic_len, key, key_len,
-                                    phy_offset, store_timestamp);
+        rc = rmq_index_file_put_hashed(s->files[s->count - 1], e->hash, e->phy_offset,
+                                       e->store_timestamp);
     if (rc == RMQ_EFULL) {
         rmq_index_file_t *f = NULL;
         rc = roll_file(s, &f);
         if (rc == RMQ_OK)
-            rc = rmq_index_file_put_key(f, topic, topic_len, key, key_len, phy_offset,
-                                        store_timestamp);
+            rc = rmq_index_file_put_hashed(f, e->hash, e->phy_offset, e->store_timestamp);
     }
-    pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+int rmq_index_service_put_many(rmq_index_service_t *s, const rmq_index_put_t *puts, int n,
+                               int *done) {
+    *done = 0;
+    if (!s || n < 0 || (n > 0 && !puts)) return RMQ_EBAD_ARG;
+    pthread_mutex_lock(&s->lock);
+    if (s->count > 0)
+        for (int i = 0; i < n; i++)
+            rmq_index_file_prefetch_slot(s->files[s->count - 1], puts[i].hash);
+    int rc = RMQ_OK;
+    int i = 0;
+    while (i < n && (rc = put_hashed(s, &puts[i])) == RMQ_OK) i++;
+    pthread_mutex_unlock(&s->lock);
+    *done = i;
+    return rc;
+}
+
+int rmq_index_service_put(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,
+                          const uint8_t *key, size_t key_len, int64_t phy_offset,
+                          int64_t store_timestamp) {
+    if (!s || (!topic && topic_len) || (!key && key_len)) return RMQ_EBAD_ARG;
+    rmq_index_put_t e = {rmq_index_key_hash(topic, topic_len, key, key_len), phy_offset,
+                         store_timestamp};
+    int done;
+    return rmq_index_service_put_many(s, &e, 1, &done);
 }
 
 int rmq_index_service_query(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,

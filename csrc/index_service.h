@@ -47,6 +47,21 @@ int rmq_index_service_put(rmq_index_service_t *s, const uint8_t *topic, size_t t
                           const uint8_t *key, size_t key_len, int64_t phy_offset,
                           int64_t store_timestamp);
 
+/* One entry for rmq_index_service_put_many: the key's hash
+ * (rmq_index_key_hash) and its record's offset and store time. */
+typedef struct rmq_index_put {
+    int32_t hash;
+    int64_t phy_offset;
+    int64_t store_timestamp;
+} rmq_index_put_t;
+
+/* rmq_index_service_put for n keys already hashed, in order, under one
+ * lock, every entry's hash slot prefetched before the first put (so their
+ * cache misses overlap). *done receives how many were put, also when one
+ * fails (its status is returned; the rest are not put). */
+int rmq_index_service_put_many(rmq_index_service_t *s, const rmq_index_put_t *puts, int n,
+                               int *done);
+
 /* Query every file whose [begin,end] timestamps overlap [begin_ts,end_ts],
  * newest file first; at most max offsets, duplicates removed. */
 int rmq_index_service_query(rmq_index_service_t *s, const uint8_t *topic, size_t topic_len,

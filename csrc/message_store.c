@@ -21,32 +21,76 @@
 #include "rmq_errors.h"
 #include "rmq_format.h"
 
+const char *const rmq_index_key_props[RMQ_INDEX_KEY_PROP_COUNT] = {"UNIQ_KEY", "KEYS"};
+
+/* IndexFile keys of consecutive records, put by one call
+ * (rmq_index_service_put_many) so that their hash slots' cache misses
+ * overlap. */
+#define INDEX_BATCH 64
+typedef struct index_batch {
+    rmq_index_put_t puts[INDEX_BATCH];
+    int n;
+} index_batch_t;
+
+/* Put what b holds. On failure *redo_from receives the offset of the
+ * record whose key failed: it and every later record are to be indexed
+ * again. */
+static int index_batch_flush(rmq_store_t *s, index_batch_t *b, int64_t *redo_from) {
+    int done = 0;
+    int rc = b->n ? rmq_index_service_put_many(s->index, b->puts, b->n, &done) : RMQ_OK;
+    if (rc != RMQ_OK) *redo_from = b->puts[done].phy_offset;
+    b->n = 0;
+    return rc;
+}
+
+static int index_batch_add(rmq_store_t *s, index_batch_t *b, const rmq_record_view_t *v,
+                           const uint8_t *key, int32_t key_len, int64_t *redo_from) {
+    if (b->n == INDEX_BATCH) {
+        int rc = index_batch_flush(s, b, redo_from);
+        if (rc != RMQ_OK) return rc;
+    }
+    rmq_index_put_t *e = &b->puts[b->n++];
+    e->hash = rmq_index_key_hash(v->topic, (size_t)v->topic_len, key, (size_t)key_len);
+    e->phy_offset = v->phys_offset;
+    e->store_timestamp = v->store_timestamp;
+    return RMQ_OK;
+}
+
 /* Index keys of one record, as RocketMQ's IndexService.buildIndex: the
- * UNIQ_KEY, and each space-separated item of KEYS. */
-static int index_record(rmq_store_t *s, const rmq_record_view_t *v) {
+ * UNIQ_KEY, and each space-separated item of KEYS, added to b (which is
+ * put when full: a failure there is returned, with *redo_from). */
+static int index_record(rmq_store_t *s, const rmq_record_view_t *v, index_batch_t *b,
+                        int64_t *redo_from) {
     int tx = v->sysflag & RMQ_SYSFLAG_TRANSACTION_MASK;
     if (tx == RMQ_SYSFLAG_TRANSACTION_ROLLBACK) return RMQ_OK;
-    const uint8_t *val;
-    int32_t len;
+    const uint8_t *val[RMQ_INDEX_KEY_PROP_COUNT];
+    int32_t len[RMQ_INDEX_KEY_PROP_COUNT];
+    unsigned found = rmq_props_find(v->props, v->props_len, rmq_index_key_props,
+                                    RMQ_INDEX_KEY_PROP_COUNT, val, len);
     int rc = RMQ_OK;
-    if (rmq_props_get(v->props, v->props_len, "UNIQ_KEY", &val, &len) && len > 0)
-        rc = rmq_index_service_put(s->index, v->topic, (size_t)v->topic_len, val, (size_t)len,
-                                   v->phys_offset, v->store_timestamp);
-    if (rc != RMQ_OK) return rc;
-    if (rmq_props_get(v->props, v->props_len, "KEYS", &val, &len)) {
-        const uint8_t *p = val, *end = val + len;
-        while (p < end) {
-            const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
-            if (!sp) sp = end;
-            if (sp > p) {
-                rc = rmq_index_service_put(s->index, v->topic, (size_t)v->topic_len, p,
-                                           (size_t)(sp - p), v->phys_offset, v->store_timestamp);
-                if (rc != RMQ_OK) return rc;
-            }
-            p = sp + 1;
+    if ((found & 1u) && len[0] > 0) rc = index_batch_add(s, b, v, val[0], len[0], redo_from);
+    if (rc != RMQ_OK || !(found & 2u)) return rc;
+    const uint8_t *p = val[1], *end = val[1] + len[1];
+    while (p < end) {
+        const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
+        if (!sp) sp = end;
+        if (sp > p) {
+            rc = index_batch_add(s, b, v, p, (int32_t)(sp - p), redo_from);
+            if (rc != RMQ_OK) return rc;
         }
+        p = sp + 1;
     }
     return RMQ_OK;
+}
+
+/* index_record, its keys put before it returns. */
+static int index_one_record(rmq_store_t *s, const rmq_record_view_t *v) {
+    index_batch_t b;
+    b.n = 0;
+    int64_t redo_from;
+    int rc = index_record(s, v, &b, &redo_from);
+    if (rc == RMQ_OK) rc = index_batch_flush(s, &b, &redo_from);
+    return rc;
 }
 
 static int cq_dir(const rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t qid,
@@ -90,7 +134,7 @@ static int dispatch_record(rmq_store_t *s, const rmq_record_view_t *v, int64_t i
         if (rc != RMQ_OK) return rc;
         if (e->next_queue_offset <= v->queue_offset) e->next_queue_offset = v->queue_offset + 1;
     }
-    if (with_index && s->index && v->phys_offset >= index_from) return index_record(s, v);
+    if (with_index && s->index && v->phys_offset >= index_from) return index_one_record(s, v);
     return RMQ_OK;
 }
 
@@ -154,6 +198,9 @@ int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n) {
     if (off < clog_min) off = clog_min; /* retention overtook a lagging index */
     int rc = RMQ_OK;
     int64_t count = 0;
+    index_batch_t b;
+    b.n = 0;
+    int64_t redo_from = off;
     while (off < limit && count < max_records && rc == RMQ_OK) {
         rmq_mapped_file_t *f;
         const uint8_t *p;
@@ -171,13 +218,16 @@ int rmq_store_build_index(rmq_store_t *s, int64_t max_records, int64_t *n) {
                 off = in_file;
                 break;
             }
-            rc = index_record(s, &v);
+            rc = index_record(s, &v, &b, &redo_from);
             if (rc != RMQ_OK) break;
             off += v.total_size;
             p += v.total_size;
             avail -= v.total_size;
             count++;
         }
+        /* the offset moves past records whose keys are all put */
+        if (rc == RMQ_OK) rc = index_batch_flush(s, &b, &redo_from);
+        if (rc != RMQ_OK) off = redo_from;
         rmq_mapped_file_unpin(f);
         __atomic_store_n(&s->index_dispatched, off, __ATOMIC_RELEASE);
     }

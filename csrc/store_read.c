@@ -206,13 +206,13 @@ static int get_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t
 }
 
 static int record_has_key(const rmq_record_view_t *v, const uint8_t *key, int32_t klen) {
-    const uint8_t *val;
-    int32_t len;
-    if (rmq_props_get(v->props, v->props_len, "UNIQ_KEY", &val, &len) && len == klen &&
-        memcmp(val, key, (size_t)klen) == 0)
-        return 1;
-    if (rmq_props_get(v->props, v->props_len, "KEYS", &val, &len)) {
-        const uint8_t *p = val, *end = val + len;
+    const uint8_t *val[RMQ_INDEX_KEY_PROP_COUNT];
+    int32_t len[RMQ_INDEX_KEY_PROP_COUNT];
+    unsigned found = rmq_props_find(v->props, v->props_len, rmq_index_key_props,
+                                    RMQ_INDEX_KEY_PROP_COUNT, val, len);
+    if ((found & 1u) && len[0] == klen && memcmp(val[0], key, (size_t)klen) == 0) return 1;
+    if (found & 2u) {
+        const uint8_t *p = val[1], *end = val[1] + len[1];
         while (p < end) {
             const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
             if (!sp) sp = end;
