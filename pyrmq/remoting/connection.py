@@ -192,6 +192,8 @@ class Connection(asyncio.BufferedProtocol):
         #: a chunk of this connection's frames is being served elsewhere (a
         #: C send thread): its fast path splits nothing more until it is back
         self.split_busy = False
+        #: while split_busy, the hold on reading taken when too much was kept
+        self.split_held: asyncio.Future[None] | None = None
 
     def set_fast_path(self, fast: FastPath) -> None:
         """Frames are split by fast, which may serve some requests itself

@@ -76,7 +76,8 @@ def _keys(core: Any, queue: int) -> list[str]:
     return keys
 
 
-def test_connections_keep_their_order_on_send_threads(arun, tmp_path):
+@pytest.mark.parametrize("hold", ["kept", "held"])
+def test_connections_keep_their_order_on_send_threads(arun, tmp_path, hold):
     """Six connections pipeline bursts of 300 sends (chunks well past the
     threads' 16 KiB minimum). In each burst, after 200 sends, a delayed
     send (the Python path's) and a GET_MAX_OFFSET of the connection's
@@ -84,7 +85,9 @@ def test_connections_keep_their_order_on_send_threads(arun, tmp_path):
     chunk a thread served ran after its puts. Meanwhile the loop reads the
     queues. Every send is answered SUCCESS with its own queue offset, each
     connection's messages are stored in the order sent, and the threads
-    served most of them."""
+    served most of them. What a connection reads while its chunk is on a
+    thread is kept ("kept"), or, past lane_hold_bytes (here at once:
+    "held"), waits in the socket until the chunk is back."""
     conns, bursts, per_burst = 6, 5, 300
 
     async def one_conn(c: LocalCluster, k: int) -> list[str]:
@@ -142,6 +145,8 @@ def test_connections_keep_their_order_on_send_threads(arun, tmp_path):
         c = LocalCluster(str(tmp_path / "s"), send_message_thread_pool_nums=2)
         await c.start()
         try:
+            if hold == "held":
+                c.broker.server.fast_path.lane_hold_bytes = 1
             await _teach(c.broker_addr)
             stop = asyncio.Event()
             reader = asyncio.ensure_future(read_meanwhile(c, stop))
@@ -151,7 +156,10 @@ def test_connections_keep_their_order_on_send_threads(arun, tmp_path):
             fast = c.broker.server.fast_path
             total = conns * bursts * per_burst
             assert fast.served_on_lanes > total // 2, (fast.served, fast.served_on_lanes)
-            print(f"{total} sends, {fast.served} in C, {fast.served_on_lanes} on the threads")
+            print(f"{total} sends, {fast.served} in C, {fast.served_on_lanes} on the threads,"
+                  f" {fast.lane_holds} holds on reading")
+            if hold == "held":
+                assert fast.lane_holds > 0
             # each connection's messages, in its queue, in the order sent
             core = c.broker.store.core
             for k, keys in enumerate(sent):

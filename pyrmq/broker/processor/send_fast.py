@@ -22,11 +22,12 @@ brokerConfig sendFastPathEnable (pyrmq, default true) turns it off.
 
 More than one core: with sendMessageThreadPoolNums > 1, a chunk of at least
 LANE_MIN_BYTES of whole frames is handed to one of the C send threads
-(rmqcore/_sendlanes.pyx) instead of being served inline, and the
-connection reads nothing more until it comes back; the loop meanwhile
-serves the other connections. The pool's eventfd wakes the loop, which then finishes
-the chunk as an inline one: bookkeeping, answers, then the frames after
-the served ones through the Python path. Small chunks (one send at a time)
+(rmqcore/_sendlanes.pyx) instead of being served inline; the loop meanwhile
+serves the other connections. The connection splits nothing more until the
+chunk comes back: what it reads meanwhile is kept, up to LANE_HOLD_BYTES,
+past which it stops reading. The pool's eventfd wakes the loop, which then
+finishes the chunk as an inline one: bookkeeping, answers, the frames after
+the served ones through the Python path, then what was kept. Small chunks (one send at a time)
 stay inline: a hand-over costs two thread wake-ups.
 """
 
@@ -62,6 +63,10 @@ Frames = tuple[list[tuple[int, Any, bytes]], int]
 #: chunks with fewer bytes of whole frames are served inline (about 40
 #: 128-byte sends of the C++ client)
 LANE_MIN_BYTES = 16 * 1024
+#: what a connection may keep read while its chunk is on a C send thread
+#: (it reads on meanwhile: pausing and resuming its reading for every chunk
+#: cost the loop ~10% of its time under pipelined sends)
+LANE_HOLD_BYTES = 1024 * 1024
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -88,6 +93,11 @@ class SendFastPath:
         self.lanes = 0
         #: chunks of at least this many bytes go to a C send thread
         self.lane_min_bytes = LANE_MIN_BYTES
+        #: a connection keeps at most about this many bytes read while its
+        #: chunk is on a C send thread; then it stops reading until it is back
+        self.lane_hold_bytes = LANE_HOLD_BYTES
+        #: how often that happened
+        self.lane_holds = 0
         self._lanes_loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         #: frames served here (runtime info, tests, the benchmarks)
@@ -132,7 +142,11 @@ class SendFastPath:
         if sp is None:
             return rmqcore.split_frames(buf, max_frame)
         if conn.split_busy:
-            return [], 0  # kept until its chunk on a C send thread is back
+            # kept until its chunk on a C send thread is back; past
+            # LANE_HOLD_BYTES what the peer sends waits in the socket
+            if len(buf) >= self.lane_hold_bytes and self._lanes_loop is not None:
+                self._hold(conn, self._lanes_loop)
+            return [], 0
         sp.want_touched = self._store.has_arrival_listeners
         t0 = time.perf_counter_ns()
         if self._lanes_loop is not None and len(buf) >= self.lane_min_bytes and not conn.tls:
@@ -174,15 +188,20 @@ class SendFastPath:
         # the thread keeps what it is given, and buf is the connection's
         # read buffer (reused by the next read) or its decoder's: copied
         data = bytes(memoryview(buf)[:end])
-        loop = self._lanes_loop
-        assert loop is not None  # split() hands over only while the threads run
-        back = loop.create_future()
-        if not sp.submit(data, max_frame, born_host_of(conn), (conn, t0, back)):
+        if not sp.submit(data, max_frame, born_host_of(conn), (conn, t0)):
             return 0
+        # the connection reads on meanwhile: what it reads is kept (split()
+        # returns nothing) until the chunk is back
         conn.split_busy = True
-        # what the peer sends meanwhile waits in the socket, not in our buffer
-        conn.hold_reading(back)
         return end
+
+    def _hold(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        """conn reads nothing more until its chunk is back from its C send
+        thread (too much is kept already)."""
+        if conn.split_held is None:
+            self.lane_holds += 1
+            conn.split_held = loop.create_future()
+            conn.hold_reading(conn.split_held)
 
     def _collect(self) -> None:
         """The eventfd said chunks are back from the C send threads."""
@@ -199,7 +218,7 @@ class SendFastPath:
     def _finish(self, chunk: rmqcore.SendChunk) -> None:
         """A chunk back from a C send thread, finished as split() finishes
         one served inline; then its connection reads on."""
-        conn, t0, back = chunk.token
+        conn, t0 = chunk.token
         try:
             if chunk.handled:
                 self.served_on_lanes += chunk.handled
@@ -209,7 +228,9 @@ class SendFastPath:
                 return
         finally:
             conn.split_busy = False
-            back.set_result(None)
+            held, conn.split_held = conn.split_held, None
+            if held is not None:
+                held.set_result(None)
         conn.serve_frames(chunk.frames)
 
     def _close_lanes(self) -> None:
