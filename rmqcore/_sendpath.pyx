@@ -182,6 +182,32 @@ cdef inline void _put_u32(char *o, uint32_t v) noexcept nogil:
     o[3] = <char>v
 
 
+# A chunk's touched queues: how many of the latest entries a put looks
+# through for its queue's (sends spread over a topic's queues round robin
+# would otherwise make one entry, and one arrival notice, a send).
+cdef enum:
+    TOUCH_SCAN = 16
+
+
+cdef inline void _touch(sp_out_t *R, sp_tally_t *t, int qid, long long end) noexcept nogil:
+    """Record that the chunk's puts reached `end` in (t's topic, qid); the
+    room for a new entry is there (_tally made it)."""
+    cdef int i
+    cdef int lo = R.ntouched - TOUCH_SCAN if R.ntouched > TOUCH_SCAN else 0
+    cdef sp_touch_t *tt
+    for i in range(R.ntouched - 1, lo - 1, -1):
+        tt = &R.touched[i]
+        if tt.qid == qid and tt.name_off == t.name_off:
+            tt.end = end
+            return
+    tt = &R.touched[R.ntouched]
+    R.ntouched += 1
+    tt.name_off = t.name_off
+    tt.name_len = t.name_len
+    tt.qid = qid
+    tt.end = end
+
+
 cdef int _take(sp_shared_t *S, sp_scratch_t *T, sp_out_t *R, const char *hp, size_t hn,
                const uint8_t *body, Py_ssize_t blen, const uint8_t *born_host,
                Py_ssize_t bhl) noexcept nogil:
@@ -309,14 +335,7 @@ cdef int _take(sp_shared_t *S, sp_scratch_t *T, sp_out_t *R, const char *hp, siz
     if r.phys_offset + r.wrote_bytes > R.end_offset:
         R.end_offset = r.phys_offset + r.wrote_bytes
     if R.want_touched:
-        tt = &R.touched[R.ntouched - 1] if R.ntouched else NULL
-        if tt == NULL or tt.qid != qid or tt.name_off != t.name_off:
-            tt = &R.touched[R.ntouched]
-            R.ntouched += 1
-            tt.name_off = t.name_off
-            tt.name_len = t.name_len
-            tt.qid = <int>qid
-        tt.end = r.queue_offset + r.count
+        _touch(R, t, <int>qid, r.queue_offset + r.count)
     if oneway:
         return 1
     # the answer: RemotingCommand.response(SUCCESS, {msgId, queueId,

@@ -502,3 +502,36 @@ def test_stored_sends_are_told_even_when_their_answers_fail(arun, tmp_path):
             await c.shutdown()
 
     arun(main(), timeout=60)
+
+
+@pytest.mark.parametrize("queues", [4, 20])
+def test_a_chunk_tells_each_queue_it_reached_once(tmp_path, queues):
+    """Sends spread round robin over a topic's queues, served in one chunk:
+    its touched list (the arrival notices the loop then gives long-polling
+    pulls) names each queue with its new end, once a queue rather than once
+    a send while the chunk touches up to 16 queues; past that a queue may
+    be named again, the last naming its end."""
+    sends = 5 * queues
+    core = rmqcore.MessageStoreCore(str(tmp_path / "s"), commit_log_file_size=1 << 20,
+                                    warm_mapped_files=False)  # fmt: skip
+    try:
+        sp = rmqcore.SendPath(core, 4 * 1024 * 1024)
+        sp.learn(TOPIC, queues)
+        sp.want_touched = True
+        frames = b"".join(
+            RemotingCommand(
+                RC.SEND_MESSAGE, send_fields(TOPIC, i % queues, props(KEYS=f"k{i}")),
+                b"body %d" % i, opaque=i,
+            ).encode()
+            for i in range(sends)
+        )
+        chunk = sp.split(frames, 1 << 26, bytes([127, 0, 0, 1, 0, 0, 0x30, 0x39]))
+        assert chunk.handled == sends and chunk.used == len(frames)
+        ends: dict[tuple[str, int], int] = {}
+        for topic, q, end in chunk.touched:
+            ends[(topic, q)] = end
+        assert ends == {(TOPIC, q): 5 for q in range(queues)}
+        if queues <= 16:
+            assert len(chunk.touched) == queues
+    finally:
+        core.close()
