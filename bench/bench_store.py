@@ -7,7 +7,8 @@ another filesystem, default: pytest's tmp directory).
 Groups: ``store.append`` (ASYNC_FLUSH appends), ``store.flush_sync`` (SYNC_FLUSH
 with concurrent asyncio appenders), ``cq.read`` (ConsumeQueue random reads),
 ``store.sendfile`` (sendfile vs read + sendall to loopback TCP),
-``index.query`` (IndexFile key lookups). Each test makes one measured call of
+``index.query`` (IndexFile key lookups), ``index.build`` (the index thread's
+work: IndexFile entries for records already stored). Each test makes one measured call of
 benchmark.pedantic; one round is a whole bounded workload (e.g. 100,000
 appends), so the reported times are per round and ``extra_info`` has the
 messages and bytes one round handles (and the rate of the fastest round).
@@ -39,6 +40,8 @@ CQ_BIG_UNITS = int(os.environ.get("PYRMQ_BENCH_CQ_UNITS", "1000000"))
 CQ_READS = 20_000
 INDEX_MSGS = 100_000
 INDEX_QUERIES = 2_000
+#: records indexed per round of index.build (two keys each)
+INDEX_BUILD_MSGS = 300_000
 TIME_LIMIT_S = 60.0  # per round; every workload is also bounded by count
 
 
@@ -340,3 +343,47 @@ def test_index_query(benchmark: Any, index_core: tuple[rmqcore.MessageStoreCore,
         assert result.msgs == len(sample)
     _record(benchmark, result, {"queries": len(sample)}, queries=len(sample), hit=hit,
             decode=decode)
+
+
+# -- index.build --------------------------------------------------------------------
+
+
+@pytest.mark.benchmark(group="index.build")
+@pytest.mark.parametrize("slots", [rmqcore.DEFAULT_INDEX_HASH_SLOT_NUM, 4096],
+                         ids=["default-slots", "4096-slots"])
+def test_index_build(benchmark: Any, bench_dir: str, slots: int) -> None:
+    """build_index over INDEX_BUILD_MSGS stored 128 B records, each with a
+    UNIQ_KEY and one KEYS item (the C++ client's sends), as the index thread
+    builds them (index_async). Setup stores the records and makes the first
+    IndexFile (with RocketMQ's 5M hash slots: 420 MB, warmed), untimed.
+    With 4096 slots the slot table stays in the cache: the difference is
+    what the slots' cache misses cost."""
+    keys = w.uniq_keys(INDEX_BUILD_MSGS, seed=11)
+    body = b"\x22" * 128
+    fresh = _FreshStore(bench_dir)
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        core = w.open_core(fresh.root(), index_async=True, index_hash_slot_num=slots)
+        for i, k in enumerate(keys):
+            props = rmqcore.encode_properties({"UNIQ_KEY": k, "KEYS": f"order-{i}"})
+            core.put(w.TOPIC, i % w.QUEUES, body, props)
+        core.build_index(1)
+        return (core,), {}
+
+    def target(core: rmqcore.MessageStoreCore) -> w.Rate:
+        start = time.perf_counter()
+        done = 1
+        while done < len(keys):
+            n = core.build_index(65536)
+            assert n > 0, f"the build stopped after {done} records"
+            done += n
+        return w.Rate(done - 1, 0, time.perf_counter() - start)
+
+    def teardown(core: rmqcore.MessageStoreCore) -> None:
+        core.close()
+        fresh.cleanup()
+
+    result = benchmark.pedantic(target, setup=setup, teardown=teardown, rounds=3)
+    _record(benchmark, result, slots=slots)
+    if result.secs > 0:
+        benchmark.extra_info["ns_per_record"] = round(result.secs / result.msgs * 1e9)
