@@ -330,6 +330,7 @@ static int put_hashed(rmq_index_service_t *s, const rmq_index_put_t *e) {
 
 int rmq_index_service_put_many(rmq_index_service_t *s, const rmq_index_put_t *puts, int n,
                                int *done) {
+    if (!done) return RMQ_EBAD_ARG;
     *done = 0;
     if (!s || n < 0 || (n > 0 && !puts)) return RMQ_EBAD_ARG;
     pthread_mutex_lock(&s->lock);
