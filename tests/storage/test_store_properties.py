@@ -422,7 +422,9 @@ def reopen_and_check(root: str, recs: list[Rec], intact: int, end: int, abnormal
 
 def expected_end(recs: list[Rec], intact: int, blank_survives: bool) -> int:
     """Where the recovered CommitLog ends: after the last intact record, or at
-    the next segment when the blank record that followed it is still whole."""
+    the next segment when the blank record that followed it is still whole
+    (a cut inside it, even after its 8-byte header, ends the log at the
+    record before it, as RocketMQ's recovery ends in a last file's blank)."""
     e = core_end(recs[:intact])
     if intact < len(recs) and recs[intact].phys != e and blank_survives:
         return seg_end(e)
@@ -449,7 +451,7 @@ def test_recovery_after_truncation(base: str, msgs: list[dict], data: st.DataObj
         truncate_log(root, x)
         intact = sum(r.end <= x for r in recs)
         e = core_end(recs[:intact])
-        reopen_and_check(root, recs, intact, expected_end(recs, intact, x >= e + 8), True, new)
+        reopen_and_check(root, recs, intact, expected_end(recs, intact, x >= seg_end(e)), True, new)
 
 
 @props_settings(60, shrink=False)
@@ -494,7 +496,8 @@ def test_recovery_clean_reopen_after_truncation(base: str, msgs: list[dict],
         truncate_log(root, x)
         intact = sum(r.end <= x for r in recs)
         e = core_end(recs[:intact])
-        reopen_and_check(root, recs, intact, expected_end(recs, intact, x >= e + 8), False, new)
+        want_end = expected_end(recs, intact, x >= seg_end(e))
+        reopen_and_check(root, recs, intact, want_end, False, new)
 
 
 # --- minimal reproductions of the recovery bugs found above ------------------------
@@ -517,6 +520,24 @@ def test_clean_reopen_after_truncation_minimal(base: str) -> None:
         recs, _ = write_and_crash(root, msgs, 5, "clean")
         truncate_log(root, recs[2].end)
         reopen_and_check(root, recs, 3, recs[2].end, False, [])
+
+
+def test_clean_reopen_with_the_cut_inside_the_end_blank_minimal(base: str) -> None:
+    """Four records fill most of the first segment, the fifth goes to the
+    next behind an end-of-file blank record; the CommitLog is then cut 100
+    bytes into that blank, its header whole. The log ends after the fourth
+    record, and appends go on from there (found by the ASan stage's draw of
+    test_recovery_clean_reopen_after_truncation; the oracle had expected the
+    next segment)."""
+    with store_dir(base) as root:
+        msgs = [dict(topic="T", qid=i % 2, body=big_body(15_000, i), props={"KEYS": f"k{i}"})
+                for i in range(5)]
+        recs, _ = write_and_crash(root, msgs, 5, "clean")
+        e = recs[3].end
+        assert recs[4].phys == seg_end(e) > e + 100  # a blank between them
+        truncate_log(root, e + 100)
+        reopen_and_check(root, recs, 4, e, False,
+                         [dict(topic="T", qid=0, body=b"new", props={"KEYS": "n"})])
 
 
 def test_truncation_inside_the_last_records_properties_minimal(base: str) -> None:
