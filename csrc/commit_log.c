@@ -320,6 +320,39 @@ int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, con
     return rmq_props_find(props, props_len, &name, 1, val, val_len) != 0;
 }
 
+static const char *const INDEX_KEY_PROPS[2] = {"UNIQ_KEY", "KEYS"};
+
+void rmq_index_keys_init(rmq_index_keys_t *it, const uint8_t *props, int32_t props_len) {
+    const uint8_t *val[2];
+    int32_t len[2];
+    unsigned found = rmq_props_find(props, props_len, INDEX_KEY_PROPS, 2, val, len);
+    it->uniq = (found & 1u) && len[0] > 0 ? val[0] : NULL;
+    it->uniq_len = it->uniq ? len[0] : 0;
+    it->next = (found & 2u) ? val[1] : NULL;
+    it->end = it->next ? val[1] + len[1] : NULL;
+}
+
+int rmq_index_keys_next(rmq_index_keys_t *it, const uint8_t **key, int32_t *key_len) {
+    if (it->uniq) {
+        *key = it->uniq;
+        *key_len = it->uniq_len;
+        it->uniq = NULL;
+        return 1;
+    }
+    while (it->next && it->next < it->end) {
+        const uint8_t *k = it->next;
+        const uint8_t *sp = memchr(k, ' ', (size_t)(it->end - k));
+        if (!sp) sp = it->end;
+        it->next = sp < it->end ? sp + 1 : it->end;
+        if (sp > k) {
+            *key = k;
+            *key_len = (int32_t)(sp - k);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int64_t rmq_commit_log_roll_next(const rmq_commit_log_t *cl, int64_t offset) {
     int64_t fs = cl->mfq->file_size;
     return offset + fs - offset % fs;

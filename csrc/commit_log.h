@@ -116,12 +116,28 @@ int rmq_record_crc_ok(const rmq_record_view_t *v);
 int rmq_props_get(const uint8_t *props, int32_t props_len, const char *name, const uint8_t **val,
                   int32_t *val_len);
 
-/* rmq_props_get for up to RMQ_PROPS_FIND_MAX names in one pass: vals[i] and
- * lens[i] receive names[i]'s value (the last one wins); returns a bit mask
- * of the names found (bit i for names[i]). Pure. */
+/* rmq_props_get for up to RMQ_PROPS_FIND_MAX names in one pass (names past
+ * it are not looked for): vals[i] and lens[i] receive names[i]'s value (the
+ * last one wins); returns a bit mask of the names found (bit i for
+ * names[i]). Pure. */
 #define RMQ_PROPS_FIND_MAX 8
 unsigned rmq_props_find(const uint8_t *props, int32_t props_len, const char *const *names,
                         int n, const uint8_t **vals, int32_t *lens);
+
+/* A record's IndexFile keys, as RocketMQ's IndexService.buildIndex takes
+ * them from its properties: the UNIQ_KEY (when not empty), then each
+ * non-empty space-separated item of KEYS. rmq_index_keys_init, then
+ * rmq_index_keys_next until it returns 0; the keys point into props.
+ * Pure. */
+typedef struct rmq_index_keys {
+    const uint8_t *uniq; /* NULL once taken, or when there is none */
+    int32_t uniq_len;
+    const uint8_t *next; /* what is left of KEYS: [next, end) */
+    const uint8_t *end;
+} rmq_index_keys_t;
+
+void rmq_index_keys_init(rmq_index_keys_t *it, const uint8_t *props, int32_t props_len);
+int rmq_index_keys_next(rmq_index_keys_t *it, const uint8_t **key, int32_t *key_len);
 
 /* Scan from offset (a record boundary) to the end of written data, checking
  * each record's structure, position and (check_crc) CRC. *end receives the

@@ -21,8 +21,6 @@
 #include "rmq_errors.h"
 #include "rmq_format.h"
 
-const char *const rmq_index_key_props[RMQ_INDEX_KEY_PROP_COUNT] = {"UNIQ_KEY", "KEYS"};
-
 /* IndexFile keys of consecutive records, put by one call
  * (rmq_index_service_put_many) so that their hash slots' cache misses
  * overlap. */
@@ -56,29 +54,20 @@ static int index_batch_add(rmq_store_t *s, index_batch_t *b, const rmq_record_vi
     return RMQ_OK;
 }
 
-/* Index keys of one record, as RocketMQ's IndexService.buildIndex: the
- * UNIQ_KEY, and each space-separated item of KEYS, added to b (which is
- * put when full: a failure there is returned, with *redo_from). */
+/* The IndexFile keys of one record (rmq_index_keys_next), added to b
+ * (which is put when full: a failure there is returned, with
+ * *redo_from). A rolled-back transaction's half message is not indexed. */
 static int index_record(rmq_store_t *s, const rmq_record_view_t *v, index_batch_t *b,
                         int64_t *redo_from) {
     int tx = v->sysflag & RMQ_SYSFLAG_TRANSACTION_MASK;
     if (tx == RMQ_SYSFLAG_TRANSACTION_ROLLBACK) return RMQ_OK;
-    const uint8_t *val[RMQ_INDEX_KEY_PROP_COUNT];
-    int32_t len[RMQ_INDEX_KEY_PROP_COUNT];
-    unsigned found = rmq_props_find(v->props, v->props_len, rmq_index_key_props,
-                                    RMQ_INDEX_KEY_PROP_COUNT, val, len);
-    int rc = RMQ_OK;
-    if ((found & 1u) && len[0] > 0) rc = index_batch_add(s, b, v, val[0], len[0], redo_from);
-    if (rc != RMQ_OK || !(found & 2u)) return rc;
-    const uint8_t *p = val[1], *end = val[1] + len[1];
-    while (p < end) {
-        const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
-        if (!sp) sp = end;
-        if (sp > p) {
-            rc = index_batch_add(s, b, v, p, (int32_t)(sp - p), redo_from);
-            if (rc != RMQ_OK) return rc;
-        }
-        p = sp + 1;
+    rmq_index_keys_t keys;
+    rmq_index_keys_init(&keys, v->props, v->props_len);
+    const uint8_t *key;
+    int32_t key_len;
+    while (rmq_index_keys_next(&keys, &key, &key_len)) {
+        int rc = index_batch_add(s, b, v, key, key_len, redo_from);
+        if (rc != RMQ_OK) return rc;
     }
     return RMQ_OK;
 }

@@ -23,12 +23,6 @@ int rmq_store_snapshot_entries(rmq_store_t *s, rmq_tq_entry_t ***out, int64_t *t
 int rmq_store_dispatch_range(rmq_store_t *s, int64_t index_from, int validate, int with_index,
                              int64_t *n);
 
-/* The properties whose values are a record's IndexFile keys, as
- * RocketMQ's IndexService.buildIndex reads them: UNIQ_KEY, then KEYS (its
- * space-separated items), for rmq_props_find. Defined in message_store.c. */
-#define RMQ_INDEX_KEY_PROP_COUNT 2
-extern const char *const rmq_index_key_props[RMQ_INDEX_KEY_PROP_COUNT];
-
 /* ---- index_thread.c ---- */
 
 /* Its lock and condition variable, made at open and freed at close (after

@@ -205,21 +205,15 @@ static int get_owned(rmq_store_t *s, const uint8_t *topic, int32_t tlen, int32_t
     return RMQ_OK;
 }
 
+/* Whether key is one of the record's IndexFile keys (an index hit is
+ * only a hash match). */
 static int record_has_key(const rmq_record_view_t *v, const uint8_t *key, int32_t klen) {
-    const uint8_t *val[RMQ_INDEX_KEY_PROP_COUNT];
-    int32_t len[RMQ_INDEX_KEY_PROP_COUNT];
-    unsigned found = rmq_props_find(v->props, v->props_len, rmq_index_key_props,
-                                    RMQ_INDEX_KEY_PROP_COUNT, val, len);
-    if ((found & 1u) && len[0] == klen && memcmp(val[0], key, (size_t)klen) == 0) return 1;
-    if (found & 2u) {
-        const uint8_t *p = val[1], *end = val[1] + len[1];
-        while (p < end) {
-            const uint8_t *sp = memchr(p, ' ', (size_t)(end - p));
-            if (!sp) sp = end;
-            if (sp - p == klen && memcmp(p, key, (size_t)klen) == 0) return 1;
-            p = sp + 1;
-        }
-    }
+    rmq_index_keys_t keys;
+    rmq_index_keys_init(&keys, v->props, v->props_len);
+    const uint8_t *k;
+    int32_t kl;
+    while (rmq_index_keys_next(&keys, &k, &kl))
+        if (kl == klen && memcmp(k, key, (size_t)klen) == 0) return 1;
     return 0;
 }
 
