@@ -8,6 +8,7 @@ tasks left (STYLE.md section 7)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -16,10 +17,9 @@ import pytest
 T = TypeVar("T")
 
 
-@pytest.fixture
-def arun() -> Iterator[Callable[..., Any]]:
-    """arun(coro, timeout=30.0): run coro on a fresh loop, at most timeout s."""
-    loop = asyncio.new_event_loop()
+@contextlib.contextmanager
+def _runner(loop: asyncio.AbstractEventLoop) -> Iterator[Callable[..., Any]]:
+    """run(coro, timeout=30.0) on loop; at the end no task may be pending."""
 
     def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
         async def bounded() -> T:
@@ -39,3 +39,19 @@ def arun() -> Iterator[Callable[..., Any]]:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
         assert not pending, f"tasks left pending: {[t.get_name() for t in pending]}"
+
+
+@pytest.fixture
+def arun() -> Iterator[Callable[..., Any]]:
+    """arun(coro, timeout=30.0): run coro on a fresh loop, at most timeout s."""
+    with _runner(asyncio.new_event_loop()) as run:
+        yield run
+
+
+@pytest.fixture
+def arun_uvloop() -> Iterator[Callable[..., Any]]:
+    """arun on a uvloop loop (skipped without uvloop), whose transports are
+    not asyncio's."""
+    uvloop = pytest.importorskip("uvloop")
+    with _runner(uvloop.new_event_loop()) as run:
+        yield run

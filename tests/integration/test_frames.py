@@ -277,8 +277,8 @@ def test_frames_split_and_coalesced(arun, tmp_path):
     arun(main())
 
 
-@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-def test_partial_frames_of_connections_read_in_turn(arun, tmp_path, loop_kind):
+@pytest.mark.parametrize("runner", ["arun", "arun_uvloop"])
+def test_partial_frames_of_connections_read_in_turn(request, tmp_path, runner):
     """Every connection of a loop reads into one shared buffer
     (pyrmq.remoting.connection._read_buffer): a frame one connection has
     half received must survive the reads of another in between. Each
@@ -320,15 +320,7 @@ def test_partial_frames_of_connections_read_in_turn(arun, tmp_path, loop_kind):
                 a_w.close()
                 b_w.close()
 
-    if loop_kind == "asyncio":
-        arun(main())
-        return
-    uvloop = pytest.importorskip("uvloop")
-    loop = uvloop.new_event_loop()
-    try:
-        loop.run_until_complete(asyncio.wait_for(main(), 30))
-    finally:
-        loop.close()
+    request.getfixturevalue(runner)(main())
 
 
 def _binary_header(code: int, opaque: int, fields: dict[str, str], remark: str = "") -> bytes:
