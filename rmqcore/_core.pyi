@@ -385,3 +385,49 @@ class TraceBuffer:
     def take(
         self, max_body: int, max_records: int = 0, max_keys: int = 0, whole: bool = False
     ) -> list[tuple[bytes, str]]: ...
+
+class SlotsBuilder:
+    def __init__(self, cls: type, names: Iterable[str]) -> None: ...
+    def __call__(self, *values: Any) -> Any: ...
+
+class SendBatch:
+    msgs: list[Any]
+    outs: list[Any]
+    counted_total: int
+    opened: float
+    timeout: float
+    retries: int
+    size: int
+    handle: Any
+    def __init__(self, opened: float, timeout: float, retries: int) -> None: ...
+    def __len__(self) -> int: ...
+    def add(
+        self,
+        msg: Any,
+        out: Any,
+        callback: Callable[[Any, BaseException | None], object] | None,
+        counted: bool,
+        size: int,
+        timeout: float | None,
+        retries: int,
+    ) -> int: ...
+    def entry(
+        self, i: int
+    ) -> tuple[Any, Any, Callable[[Any, BaseException | None], object] | None, bool]: ...
+    def settle(
+        self,
+        make: SlotsBuilder,
+        status: object,
+        uniq_ids: str,
+        offset_ids: str,
+        mq: object,
+        first: int,
+        tx: str | None,
+        region: str | None,
+        tracer: Any,
+        addr: str,
+        born: int,
+        cost: int,
+        log: Any,
+    ) -> None: ...
+    def fail(self, error: BaseException, log: Any) -> None: ...

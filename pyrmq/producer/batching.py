@@ -64,7 +64,7 @@ from pyrmq.common.message import (
     MessageQueue,
     new_unique_id,
 )
-from pyrmq.common.results import SendResult, new_send_result
+from pyrmq.common.results import SendResult, send_result_maker
 from pyrmq.common.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.producer.prepare import SendJob, check_message
 from pyrmq.producer.selector import MessageQueueSelector
@@ -104,39 +104,6 @@ _MIN_TIMEOUT = 0.001
 Key = str | MessageQueue
 
 
-class _Open:
-    """The open batch of one key: its callers' messages and futures side
-    by side (a list append each: this is the per-message path)."""
-
-    __slots__ = (
-        "callbacks",
-        "counted",
-        "handle",
-        "msgs",
-        "opened",
-        "outs",
-        "retries",
-        "size",
-        "timeout",
-    )
-
-    def __init__(self, opened: float, timeout: float, retries: int) -> None:
-        self.opened = opened
-        self.msgs: list[Message] = []
-        self.outs: list[asyncio.Future[SendResult]] = []
-        #: index -> send_async's callback, for the entries that have one
-        self.callbacks: dict[int, SendCallback] | None = None
-        #: each entry: counted in the producer's in-flight sends (send_async)
-        self.counted: list[bool] = []
-        self.size = 0
-        #: the earliest deadline and fewest retries among the callers': the
-        #: deadline counts from when the batch opened (it leaves within
-        #: max_delay of that, or at once when the deadline is shorter)
-        self.timeout = timeout
-        self.retries = retries
-        self.handle: asyncio.Handle | None = None
-
-
 class SendAccumulator:
     """The auto-batching of one Producer (ProduceAccumulator). Counters:
     `batches` requests that carried more than one message, `batched`
@@ -159,7 +126,7 @@ class SendAccumulator:
         self._p = producer
         self.max_delay = max_delay_ms / 1000
         self.max_bytes = max_bytes
-        self._open: dict[Key, _Open] = {}
+        self._open: dict[Key, rmqcore.SendBatch] = {}
         #: requests of each key sent and not yet answered
         self._busy: dict[Key, int] = {}
         #: topics whose names passed check_message
@@ -178,7 +145,7 @@ class SendAccumulator:
     @property
     def pending(self) -> int:
         """Messages in open batches, not sent yet."""
-        return sum(len(b.msgs) for b in self._open.values())
+        return sum(len(b) for b in self._open.values())
 
     # -- taking sends -------------------------------------------------------------------
 
@@ -234,35 +201,23 @@ class SendAccumulator:
             return self._send_now(key, msg, timeout, retries, callback, counted)
         loop = p._loop or asyncio.get_running_loop()
         out: asyncio.Future[SendResult] = loop.create_future()
-        if batch is not None and (
-            batch.size + size > self.max_bytes or len(batch.msgs) >= MAX_COUNT
-        ):
+        if batch is not None and (batch.size + size > self.max_bytes or len(batch) >= MAX_COUNT):
             self._flush(key)
             batch = None
         if batch is None:
-            batch = self._open[key] = _Open(
+            batch = self._open[key] = rmqcore.SendBatch(
                 loop.time(), p.send_msg_timeout if timeout is None else timeout, retries
             )
             if self.max_delay == 0:
                 batch.handle = loop.call_soon(self._flush, key, batch)
             else:
                 batch.handle = loop.call_later(self.max_delay, self._flush, key, batch)
-        else:
-            if timeout is not None and timeout < batch.timeout:
-                batch.timeout = timeout
-            if retries < batch.retries:
-                batch.retries = retries
-        if callback is not None:
-            if batch.callbacks is None:
-                batch.callbacks = {}
-            batch.callbacks[len(batch.msgs)] = callback
-        batch.msgs.append(msg)
-        batch.outs.append(out)
-        batch.size += size
-        batch.counted.append(counted)
         if counted:
             p._inflight += 1
-        if batch.size >= self.max_bytes or len(batch.msgs) >= MAX_COUNT:
+        if (
+            batch.add(msg, out, callback, counted, size, timeout, retries) >= MAX_COUNT
+            or batch.size >= self.max_bytes
+        ):
             self._flush(key)
         return out
 
@@ -288,7 +243,7 @@ class SendAccumulator:
         for key in list(self._open):
             self._flush(key)
 
-    def _flush(self, key: Key, which: _Open | None = None) -> None:
+    def _flush(self, key: Key, which: rmqcore.SendBatch | None = None) -> None:
         batch = self._open.get(key)
         if batch is None or (which is not None and batch is not which):
             return  # sent already (full, or an answer came first)
@@ -331,7 +286,7 @@ class SendAccumulator:
     def _answered(
         self,
         key: Key,
-        batch: _Open,
+        batch: rmqcore.SendBatch,
         ids: str,
         born: int,
         sent_at: float,
@@ -353,7 +308,7 @@ class SendAccumulator:
 
     def _settle_batch(
         self,
-        batch: _Open,
+        batch: rmqcore.SendBatch,
         ids: str,
         born: int,
         sent_at: float,
@@ -361,44 +316,34 @@ class SendAccumulator:
         exc: BaseException | None,
     ) -> None:
         p = self._p
-        outs, callbacks = batch.outs, batch.callbacks or {}
-        p._inflight -= sum(batch.counted)
+        p._inflight -= batch.counted_total
         if p._inflight == 0 and p._idle is not None:
             p._idle.set()
         if exc is not None or result is None:
             error = exc or ClientError("the batch send ended without a result")
-            error.add_note(f"sent in one batch with {len(outs) - 1} other message(s)")
-            for i, out in enumerate(outs):
-                if not out.done():
-                    out.set_exception(error)
-                    if i in callbacks:
-                        out.exception()  # the callback receives it
-            for cb in callbacks.values():
-                _call(cb, None, error)
+            error.add_note(f"sent in one batch with {len(batch) - 1} other message(s)")
+            batch.fail(error, log)
             return
-        uniq = ids.split(",")
-        offset_ids = result.offset_msg_id.split(",")
-        if len(offset_ids) != len(outs):
-            offset_ids = [""] * len(outs)
-        first, status, mq = result.queue_offset, result.send_status, result.message_queue
-        tx, region = result.transaction_id, result.region_id
-        tracer = p.tracer
+        mq = result.message_queue
+        tracer, addr, cost = p.tracer, "", 0
         if tracer is not None:
             addr = p.client.find_broker_addr(mq.broker_name) or ""
             cost = int((asyncio.get_running_loop().time() - sent_at) * 1000)
-        for i, out in enumerate(outs):
-            r = new_send_result(
-                status, uniq[i], offset_ids[i], mq, first + i if first >= 0 else first, tx, region
-            )
-            if tracer is not None:
-                tracer.append_pub(batch.msgs[i], r, addr, born, cost)
-            if not out.done():
-                out.set_result(r)
-            if i in callbacks:
-                try:
-                    callbacks[i](r, None)
-                except Exception:
-                    log.exception("send callback raised")
+        batch.settle(
+            send_result_maker,
+            result.send_status,
+            ids,
+            result.offset_msg_id,
+            mq,
+            result.queue_offset,
+            result.transaction_id,
+            result.region_id,
+            tracer,
+            addr,
+            born,
+            cost,
+            log,
+        )
 
     def _send_now(
         self,
@@ -434,12 +379,10 @@ class SendAccumulator:
 
         return answered
 
-    def _send_alone(self, key: Key, batch: _Open, i: int) -> None:
+    def _send_alone(self, key: Key, batch: rmqcore.SendBatch, i: int) -> None:
         """Message i of batch as a plain send: its own SEND_MESSAGE_V2."""
         p = self._p
-        msg, out = batch.msgs[i], batch.outs[i]
-        callback = (batch.callbacks or {}).get(i)
-        counted = batch.counted[i]
+        msg, out, callback, counted = batch.entry(i)
         try:
             mq = key if isinstance(key, MessageQueue) else None
             job = p._job(msg, mq, None, None, checked=True)
@@ -462,13 +405,6 @@ class SendAccumulator:
             self._busy.pop(key, None)
         if key in self._open:
             self._flush(key)
-
-
-def _call(callback: SendCallback, result: SendResult | None, exc: BaseException | None) -> None:
-    try:
-        callback(result, exc)
-    except Exception:
-        log.exception("send callback raised")
 
 
 def _single_only(props: dict[str, str]) -> bool:
