@@ -4,6 +4,7 @@
 # pyrmq/producer/batching.py says what is batched and when a batch leaves;
 # this is only the part that runs once a message, out of the interpreter's
 # loop. SlotsBuilder makes the per-message SendResults.
+from asyncio import get_running_loop
 from types import MemberDescriptorType
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -196,3 +197,145 @@ cdef class SendBatch:
                     cb(None, error)
                 except Exception:
                     log.exception("send callback raised")
+
+
+cdef class SendAccumulatorCore:
+    """The per-send part of a Producer's auto-batching (the Python subclass,
+    pyrmq.producer.batching.SendAccumulator, is the rest: its rules are
+    written there; this is offer(), the one step every send takes, out of
+    the interpreter). Set up by the subclass: the producer, the Message
+    class, `max_bytes`, `max_delay` (seconds), `max_count`, and
+    `entry_fixed` / `uniq_bytes` (a batch entry's fixed bytes, and what a
+    UNIQ_KEY the encoder adds takes). `single_only`: property names whose
+    presence sends a message alone, `single_only_prefixes` name prefixes
+    that do; `wait_key`: the property whose value "false" does.
+
+    The subclass provides the Python steps offer() takes off its common
+    path: `_check_topic(msg)` (True when msg's topic may be batched; raises
+    what a broker would refuse, called for a topic's first send and for an
+    empty or oversized body), `_select(msg, selector, arg)`,
+    `_refuse_queue(mq, topic)`, `_send_now(key, msg, timeout, retries,
+    callback, counted)` and `_flush(key[, batch])`."""
+
+    cdef public object _p
+    cdef public dict _open
+    #: requests of each key sent and not yet answered
+    cdef public dict _busy
+    #: topic -> whether its sends may be batched (checked once)
+    cdef public dict _topics
+    cdef public Py_ssize_t max_bytes
+    cdef public double max_delay
+    cdef public Py_ssize_t max_count
+    cdef public Py_ssize_t batches
+    cdef public Py_ssize_t batched
+    cdef public Py_ssize_t singles
+    cdef type message_cls
+    cdef Py_ssize_t entry_fixed
+    cdef Py_ssize_t uniq_bytes
+    cdef str uniq_key
+    cdef frozenset single_only
+    cdef tuple single_only_prefixes
+    cdef str wait_key
+
+    def __init__(self, producer, type message_cls, Py_ssize_t max_bytes, double max_delay,
+                 Py_ssize_t max_count, Py_ssize_t entry_fixed, str uniq_key,
+                 Py_ssize_t uniq_bytes, single_only, tuple single_only_prefixes,
+                 str wait_key):
+        self._p = producer
+        self.message_cls = message_cls
+        self.max_bytes = max_bytes
+        self.max_delay = max_delay
+        self.max_count = max_count
+        self.entry_fixed = entry_fixed
+        self.uniq_key = uniq_key
+        self.uniq_bytes = uniq_bytes
+        self.single_only = frozenset(single_only)
+        self.single_only_prefixes = single_only_prefixes
+        self.wait_key = wait_key
+        self._open = {}
+        self._busy = {}
+        self._topics = {}
+        self.batches = self.batched = self.singles = 0
+
+    cdef Py_ssize_t _props_bytes(self, dict props) except -2:
+        """The encoded properties' bytes (characters, not UTF-8 bytes: an
+        estimate) with the UNIQ_KEY the encoder adds when there is none;
+        -1 when a property sends the message alone."""
+        cdef Py_ssize_t total = 0
+        for k, v in props.items():
+            if type(k) is not str or type(v) is not str:
+                return -1  # the single path's encoder says what is wrong
+            if k in self.single_only or (k == self.wait_key and v == "false"):
+                return -1
+            if (<str>k).startswith(self.single_only_prefixes):
+                return -1
+            total += len(<str>k) + len(<str>v) + 2
+        if self.uniq_key not in props:
+            total += self.uniq_bytes
+        return total
+
+    def offer(self, msg, mq, selector, arg, timeout, int retries, callback, bint counted):
+        """The future of msg's send when it joins a batch; None when it
+        cannot be batched (the caller sends it alone). timeout None: the
+        producer's send_msg_timeout."""
+        cdef Py_ssize_t n, size, pb
+        if type(msg) is not self.message_cls:
+            return None
+        props = msg.properties
+        topic = msg.topic
+        n = len(msg.body)
+        if props:
+            pb = self._props_bytes(props)
+            if pb < 0:
+                return None
+            size = self.entry_fixed + n + pb
+        else:
+            size = self.entry_fixed + n + self.uniq_bytes
+        p = self._p
+        if n >= p.compress_msg_body_over_howmuch or size > self.max_bytes:
+            return None
+        ok = self._topics.get(topic)
+        if ok is None or n == 0 or n > p.max_message_size:
+            ok = self._check_topic(msg)
+        if not ok:
+            return None
+        if selector is not None:
+            mq = self._select(msg, selector, arg)
+            if mq is None:
+                return None
+        elif mq is not None and mq.topic != topic:
+            self._refuse_queue(mq, topic)
+        key = topic if mq is None else mq
+        batch = self._open.get(key)
+        if batch is None and key not in self._busy:
+            # nothing of its queue in flight to wait for: it goes now, alone,
+            # and what comes while it is in flight joins a batch
+            return self._send_now(key, msg, timeout, retries, callback, counted)
+        loop = p._loop
+        if loop is None:
+            loop = get_running_loop()
+        out = loop.create_future()
+        if batch is not None and (
+            (<SendBatch>batch).size + size > self.max_bytes
+            or PyList_GET_SIZE((<SendBatch>batch).msgs) >= self.max_count
+        ):
+            self._flush(key)
+            batch = None
+        if batch is None:
+            batch = SendBatch(loop.time(), p.send_msg_timeout if timeout is None else timeout,
+                              retries)
+            self._open[key] = batch
+            if self.max_delay == 0:
+                (<SendBatch>batch).handle = loop.call_soon(self._flush, key, batch)
+            else:
+                (<SendBatch>batch).handle = loop.call_later(self.max_delay, self._flush, key,
+                                                            batch)
+        if counted:
+            p._inflight += 1
+        if (
+            (<SendBatch>batch).add(msg, out, callback, counted, size, timeout, retries)
+            >= self.max_count
+            or (<SendBatch>batch).size >= self.max_bytes
+        ):
+            self._flush(key)
+        return out

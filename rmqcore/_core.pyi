@@ -431,3 +431,40 @@ class SendBatch:
         log: Any,
     ) -> None: ...
     def fail(self, error: BaseException, log: Any) -> None: ...
+
+class SendAccumulatorCore:
+    _p: Any
+    _open: dict[Any, SendBatch]
+    _busy: dict[Any, int]
+    _topics: dict[str, bool]
+    max_bytes: int
+    max_delay: float
+    max_count: int
+    batches: int
+    batched: int
+    singles: int
+    def __init__(
+        self,
+        producer: Any,
+        message_cls: type,
+        max_bytes: int,
+        max_delay: float,
+        max_count: int,
+        entry_fixed: int,
+        uniq_key: str,
+        uniq_bytes: int,
+        single_only: Iterable[str],
+        single_only_prefixes: tuple[str, ...],
+        wait_key: str,
+    ) -> None: ...
+    def offer(
+        self,
+        msg: Any,
+        mq: Any,
+        selector: Any,
+        arg: Any,
+        timeout: float | None,
+        retries: int,
+        callback: Callable[[Any, BaseException | None], object] | None,
+        counted: bool,
+    ) -> Any: ...

@@ -49,6 +49,9 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 #: a timed message's delay in seconds from its store time
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+#: a timed message's due time as some 4.x clients set it
+#: (MessageConst.PROPERTY_STARTDE_LIVER_TIME): never auto-batched
+PROPERTY_START_DELIVER_TIME = "__STARTDELIVERTIME"
 PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
 #: RocketMQ 5: a POP-received message's ExtraInfo; pyrmq's broker sets it to the
 #: receipt handle (pyrmq/broker/pop/receipt.py) in a POP_MESSAGE answer

@@ -57,6 +57,7 @@ import rmqcore
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_START_DELIVER_TIME,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -86,13 +87,20 @@ DEFAULT_MAX_DELAY_MS = 10
 DEFAULT_MAX_BYTES = 32 * 1024
 #: a batch entry's fixed bytes (TOTALSIZE, MAGICCODE, BODYCRC, FLAG,
 #: BODYLEN, PROPERTIESLENGTH): rmq_format.h section 4
-ENTRY_FIXED = 22
+ENTRY_FIXED = rmqcore.BATCH_ENTRY_FIXED
 #: what a UNIQ_KEY property the encoder adds takes ("UNIQ_KEY", 32 hex
 #: digits, two separators)
 _UNIQ_BYTES = 42
 #: properties that make a message unbatchable (the broker refuses them in
 #: a batch, or treats them per message)
-_SINGLE_ONLY = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TRANSACTION_PREPARED)
+_SINGLE_ONLY = (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_START_DELIVER_TIME,
+)
+#: and properties named so (timer messages: TIMER_DELIVER_MS, ...); a
+#: WAIT=false message too (it does not wait for the store)
+_SINGLE_ONLY_PREFIXES = ("TIMER_",)
 
 #: a send whose deadline passed while it lingered still gets one attempt
 #: this long (the linger is at most max_delay, 10 ms by default)
@@ -104,10 +112,15 @@ _MIN_TIMEOUT = 0.001
 Key = str | MessageQueue
 
 
-class SendAccumulator:
-    """The auto-batching of one Producer (ProduceAccumulator). Counters:
-    `batches` requests that carried more than one message, `batched`
-    messages they carried, `singles` flushes of a lone message."""
+class SendAccumulator(rmqcore.SendAccumulatorCore):
+    """The auto-batching of one Producer (ProduceAccumulator). offer(msg,
+    mq, selector, arg, timeout, retries, callback, counted), every send's
+    step, is rmqcore.SendAccumulatorCore's: the future of msg's send when
+    it joins a batch; None when it cannot be batched (the caller sends it
+    alone); raises ClientError for a message no broker would take, as the
+    single path does; timeout None: the producer's send_msg_timeout.
+    Counters: `batches` requests that carried more than one message,
+    `batched` messages they carried, `singles` flushes of a lone message."""
 
     def __init__(self, producer: Producer, max_delay_ms: int, max_bytes: int | None) -> None:
         if max_bytes is None:
@@ -123,17 +136,19 @@ class SendAccumulator:
                 f"batch_max_bytes ({max_bytes}) must not exceed max_message_size "
                 f"({producer.max_message_size}): the broker refuses larger batches"
             )
-        self._p = producer
-        self.max_delay = max_delay_ms / 1000
-        self.max_bytes = max_bytes
-        self._open: dict[Key, rmqcore.SendBatch] = {}
-        #: requests of each key sent and not yet answered
-        self._busy: dict[Key, int] = {}
-        #: topics whose names passed check_message
-        self._checked: set[str] = set()
-        self.batches = 0
-        self.batched = 0
-        self.singles = 0
+        super().__init__(
+            producer,
+            Message,
+            max_bytes,
+            max_delay_ms / 1000,
+            MAX_COUNT,
+            ENTRY_FIXED,
+            PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+            _UNIQ_BYTES,
+            _SINGLE_ONLY,
+            _SINGLE_ONLY_PREFIXES,
+            PROPERTY_WAIT_STORE_MSG_OK,
+        )
 
     @property
     def stats(self) -> dict[str, int]:
@@ -147,79 +162,21 @@ class SendAccumulator:
         """Messages in open batches, not sent yet."""
         return sum(len(b) for b in self._open.values())
 
-    # -- taking sends -------------------------------------------------------------------
+    # -- the steps offer() takes off its common path -----------------------------------
 
-    def offer(
-        self,
-        msg: Message,
-        mq: MessageQueue | None,
-        selector: MessageQueueSelector | None,
-        arg: Any,
-        timeout: float | None,
-        retries: int,
-        callback: SendCallback | None,
-        counted: bool,
-    ) -> asyncio.Future[SendResult] | None:
-        """The future of msg's send when it joins a batch; None when it
-        cannot be batched (the caller sends it alone). Raises ClientError
-        for a message no broker would take, as the single path does.
-        timeout None: the producer's send_msg_timeout."""
-        if msg.__class__ is not Message:
-            return None
-        props = msg.properties
-        topic = msg.topic
-        n = len(msg.body)
-        if props:
-            if _single_only(props):
-                return None
-            size = ENTRY_FIXED + n + _props_size(props)
-        else:
-            size = ENTRY_FIXED + n + _UNIQ_BYTES
+    def _check_topic(self, msg: Message) -> bool:
+        """True when msg's topic may be batched (not a %RETRY% topic);
+        raises what a broker would refuse (check_message)."""
         p = self._p
-        if (
-            n >= p.compress_msg_body_over_howmuch
-            or size > self.max_bytes
-            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        ):
-            return None
-        if not n or n > p.max_message_size or topic not in self._checked:
-            check_message(msg, p.max_message_size)  # raises what a broker would refuse
-            if len(self._checked) >= _CHECKED_TOPICS:
-                self._checked.clear()
-            self._checked.add(topic)
-        if selector is not None:
-            mq = self._select(msg, selector, arg)
-            if mq is None:
-                return None
-        elif mq is not None and mq.topic != topic:
-            raise ClientError(f"queue {mq} is not a queue of topic {topic!r}")
-        key: Key = topic if mq is None else mq
-        batch = self._open.get(key)
-        if batch is None and key not in self._busy:
-            # nothing of its queue in flight to wait for: it goes now, alone,
-            # and what comes while it is in flight joins a batch
-            return self._send_now(key, msg, timeout, retries, callback, counted)
-        loop = p._loop or asyncio.get_running_loop()
-        out: asyncio.Future[SendResult] = loop.create_future()
-        if batch is not None and (batch.size + size > self.max_bytes or len(batch) >= MAX_COUNT):
-            self._flush(key)
-            batch = None
-        if batch is None:
-            batch = self._open[key] = rmqcore.SendBatch(
-                loop.time(), p.send_msg_timeout if timeout is None else timeout, retries
-            )
-            if self.max_delay == 0:
-                batch.handle = loop.call_soon(self._flush, key, batch)
-            else:
-                batch.handle = loop.call_later(self.max_delay, self._flush, key, batch)
-        if counted:
-            p._inflight += 1
-        if (
-            batch.add(msg, out, callback, counted, size, timeout, retries) >= MAX_COUNT
-            or batch.size >= self.max_bytes
-        ):
-            self._flush(key)
-        return out
+        check_message(msg, p.max_message_size)
+        ok = not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        if len(self._topics) >= _CHECKED_TOPICS:
+            self._topics.clear()
+        self._topics[msg.topic] = ok
+        return ok
+
+    def _refuse_queue(self, mq: MessageQueue, topic: str) -> None:
+        raise ClientError(f"queue {mq} is not a queue of topic {topic!r}")
 
     def _select(
         self, msg: Message, selector: MessageQueueSelector, arg: Any
@@ -405,20 +362,3 @@ class SendAccumulator:
             self._busy.pop(key, None)
         if key in self._open:
             self._flush(key)
-
-
-def _single_only(props: dict[str, str]) -> bool:
-    """True for the properties of a message that must go alone."""
-    for k in _SINGLE_ONLY:
-        if k in props:
-            return True
-    if props.get(PROPERTY_WAIT_STORE_MSG_OK) == "false":
-        return True
-    return any(k.startswith("TIMER_") or k == "__STARTDELIVERTIME" for k in props)
-
-
-def _props_size(props: dict[str, str]) -> int:
-    """The encoded properties' bytes (an estimate: characters, not UTF-8
-    bytes), with the UNIQ_KEY the encoder adds when there is none."""
-    n = sum(len(k) + len(v) + 2 for k, v in props.items())
-    return n if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in props else n + _UNIQ_BYTES

@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rmqcore
+from pyrmq.common.errors import ClientError
 from pyrmq.common.message import Message, MessageQueue
 from pyrmq.common.results import SendResult, SendStatus, new_send_result
+from pyrmq.producer import Producer
 
 log = logging.getLogger("test.send_batch_core")
 MQ = MessageQueue("t", "broker-a", 3)
@@ -175,3 +177,79 @@ def test_a_failed_batch_reaches_every_caller():
     asyncio.run(main())
     gc.collect()
     assert unretrieved == []
+
+
+def _lone_producer() -> Producer:
+    """A Producer never started (no server: offer() is what is tested)."""
+    return Producer("send-batch-core", "127.0.0.1:9", auto_batch=True)
+
+
+def _timed() -> Message:
+    m = Message("t", b"x")
+    m.deliver_time_ms = 4_102_444_800_000
+    return m
+
+
+def _with(props: dict[str, object]) -> Message:
+    m = Message("t", b"x")
+    m.properties.update(props)  # type: ignore[arg-type]
+    return m
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        pytest.param(Message("t", b"x", delay_level=2), id="delayed"),
+        pytest.param(_timed(), id="timer"),
+        pytest.param(_with({"TIMER_DELAY_SEC": "5"}), id="timer-delay"),
+        pytest.param(_with({"__STARTDELIVERTIME": "1"}), id="start-deliver-time"),
+        pytest.param(_with({"TRAN_MSG": "true"}), id="transaction-half"),
+        pytest.param(Message("t", b"x", wait_store_msg_ok=False), id="wait-false"),
+        pytest.param(Message("%RETRY%g", b"x"), id="retry-topic"),
+        pytest.param(Message("t", b"z" * 4096), id="compressed-body"),
+        pytest.param(_with({"K": "v" * 40_000}), id="over-max-bytes"),
+        pytest.param(_with({"K": 7}), id="a-property-not-a-str"),
+        pytest.param(type("MyMessage", (Message,), {})("t", b"x"), id="a-message-subclass"),
+    ],
+)
+def test_what_offer_sends_alone(msg):
+    async def main() -> None:
+        p = _lone_producer()
+        p._loop = asyncio.get_running_loop()
+        acc = p.accumulator
+        assert acc is not None
+        acc._busy["t"] = acc._busy["%RETRY%g"] = 1  # a batch would open
+        assert acc.offer(msg, None, None, None, None, 2, None, True) is None
+        assert acc._open == {} and p._inflight == 0
+
+    asyncio.run(main())
+
+
+def test_what_offer_batches_and_what_it_refuses():
+    async def main() -> None:
+        p = _lone_producer()
+        p._loop = asyncio.get_running_loop()
+        acc = p.accumulator
+        assert acc is not None
+        acc._busy["t"] = 1
+        tagged = Message("t", b"x", tags="TagA", keys=["k1", "k2"])
+        waits = Message("t", b"y", wait_store_msg_ok=True)
+        futs = [acc.offer(m, None, None, None, None, 2, None, True) for m in (tagged, waits)]
+        assert all(isinstance(f, asyncio.Future) for f in futs)
+        batch = acc._open["t"]
+        assert batch.msgs == [tagged, waits] and p._inflight == 2
+        props = len("TAGS") + len("TagA") + len("KEYS") + len("k1 k2") + 4
+        assert batch.size == 2 * rmqcore.BATCH_ENTRY_FIXED + 2 + props + 2 * 42
+        with pytest.raises(ClientError, match="body is empty"):
+            acc.offer(Message("t", b""), None, None, None, None, 2, None, True)
+        with pytest.raises(ClientError, match="not valid"):
+            acc.offer(Message("bad topic", b"x"), None, None, None, None, 2, None, True)
+        with pytest.raises(ClientError, match="not a queue of topic 't'"):
+            acc.offer(
+                Message("t", b"x"), MessageQueue("u", "b", 0), None, None, None, 2, None, True
+            )
+        batch.handle.cancel()
+        for f in futs:
+            f.cancel()
+
+    asyncio.run(main())
