@@ -4,6 +4,8 @@
 # pyrmq/producer/batching.py says what is batched and when a batch leaves;
 # this is only the part that runs once a message, out of the interpreter's
 # loop. SlotsBuilder makes the per-message SendResults.
+cimport cython
+
 from asyncio import get_running_loop
 from types import MemberDescriptorType
 
@@ -69,6 +71,7 @@ cdef class SlotsBuilder:
         return obj
 
 
+@cython.final
 cdef class SendBatch:
     """One key's open auto-batch: its callers' messages, futures, send
     callbacks, and whether each counts in the producer's in-flight sends,
@@ -104,7 +107,8 @@ cdef class SendBatch:
     def __len__(self):
         return PyList_GET_SIZE(self.msgs)
 
-    def add(self, msg, out, callback, bint counted, Py_ssize_t size, timeout, int retries):
+    cpdef Py_ssize_t add(self, msg, out, callback, bint counted, Py_ssize_t size, timeout,
+                         int retries) except -1:
         """One caller's send: its message, future and callback (or None),
         whether it counts in the in-flight sends, its bytes, its timeout
         (None: the producer's) and retries. Returns the entries now."""
