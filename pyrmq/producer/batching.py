@@ -26,6 +26,10 @@ end of the loop iteration instead cost 11% (0.163 against 0.147 ms).
 A batched message gets its UNIQ_KEY (msg_id) when its batch is encoded,
 in C, not when send_async() returns; read it from the SendResult.
 
+What runs once a message is in C (rmqcore/_batching.pyx): offer(), the
+step every send takes, and the settling of a batch's callers; the rules
+below and every step off that common path are here.
+
 A batch that holds one message when it leaves goes as a plain single
 send. A batch goes through the producer's usual send (queue choice,
 retries on another broker, fault bookkeeping, deadline: the earliest of
