@@ -77,7 +77,9 @@ cdef class SendBatch:
     callbacks, and whether each counts in the producer's in-flight sends,
     side by side (no object a message beyond those the caller made); the
     batch's bytes, the earliest deadline and fewest retries among its
-    callers', when it opened, and its flush timer."""
+    callers', when it opened, and its flush timer. The deadline counts
+    from when the batch opened: it leaves within max_delay of that, or at
+    once when the deadline is shorter."""
 
     cdef readonly list msgs
     cdef readonly list outs
