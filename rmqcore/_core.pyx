@@ -14,6 +14,7 @@ from rmqcore.includes.mapped_file_queue cimport *
 from rmqcore.includes.message_store cimport *
 from rmqcore.includes.rmq_errors cimport *
 from rmqcore.includes.remoting_header cimport *
+from rmqcore.includes.sched_slice cimport *
 from rmqcore.includes.rmq_format cimport *
 from rmqcore.includes.zerocopy cimport *
 
@@ -55,3 +56,4 @@ include "_sendlanes.pyx"
 include "_trace.pyx"
 include "_batching.pyx"
 include "_deflate.pyx"
+include "_sched.pyx"
