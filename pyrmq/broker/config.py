@@ -167,6 +167,14 @@ class BrokerConfig:
     #: other cores (pyrmq/broker/processor/send_fast.py). On a 2-vCPU
     #: machine they did not pay (bench/README.md, "More than one core")
     send_message_thread_pool_nums: int = 1
+    #: pyrmq: the time slice, in µs, that `pyrmq broker` and `pyrmq
+    #: standalone` ask Linux for on their event loop's thread while the loop
+    #: is mostly idle (busy < 30%; the kernel's default above 50%:
+    #: pyrmq/broker/loop_slice.py). Linux 6.12+ honours it: a client the
+    #: loop just answered no longer takes its CPU mid-turn, and a request
+    #: that arrives runs sooner. 0: always the kernel's default (0.75 ms
+    #: times 1 + log2(CPUs)); 100 is the kernel's floor, 100000 its ceiling
+    event_loop_sched_slice_us: int = 400
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
@@ -269,6 +277,12 @@ class BrokerConfig:
             raise ClientError(
                 f"sendMessageThreadPoolNums={self.send_message_thread_pool_nums}: expected 1..65 "
                 "(the event loop and up to 64 C send threads)"
+            )
+        slice_us = self.event_loop_sched_slice_us
+        if slice_us != 0 and not 100 <= slice_us <= 100_000:
+            raise ClientError(
+                f"eventLoopSchedSliceUs={slice_us}: expected 0 (the kernel's default) "
+                "or 100..100000 µs (the range Linux takes)"
             )
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")
