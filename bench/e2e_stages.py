@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     ap.add_argument("--json", help="write the result here too")
+    ap.add_argument("--config", help="a broker.conf for the standalone (-c)")
     args = ap.parse_args(argv)
     import bench.broker_load as bl
 
@@ -282,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "bench.e2e_stages", "broker", "standalone",
            "--store", os.path.join(workdir, "store"), "--namesrv-port", "0",
            "--broker-port", "0", "--host", "127.0.0.1", "--flush", "ASYNC_FLUSH"]  # fmt: skip
+    if args.config:
+        cmd += ["-c", os.path.abspath(args.config)]
     try:
         with bl._spawn("standalone", cmd, workdir) as srv:
             seen = asyncio.run(_drive(srv, args.seconds, args.rate))
