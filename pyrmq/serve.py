@@ -206,12 +206,17 @@ def _setup_logging() -> None:
     )
 
 
-async def _until_signalled() -> None:
+async def _ready_until_signalled(path: str | None, **info: Any) -> None:
+    """Say the server is ready (`_ready`), then serve until SIGINT or
+    SIGTERM. The handlers are in place before the ready file is written:
+    whoever reads it may stop the server at once, and a SIGTERM before
+    them would kill it without its shutdown."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
+        _ready(path, **info)
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -266,13 +271,13 @@ async def run_namesrv(args: argparse.Namespace) -> int:
         info = _metrics_info(ns.metrics)
         if ctl_cfg is None:
             log.info("NameServer ready: clients and brokers use %s", addr)
-            _ready(args.ready_file, namesrv=addr, **info)
-            await _until_signalled()
+            await _ready_until_signalled(args.ready_file, namesrv=addr, **info)
             return 0
         async with Controller(ctl_cfg, server=ns.server) as ctl:
             log.info("NameServer ready on %s, with controller %s", addr, ctl.address)
-            _ready(args.ready_file, namesrv=addr, controller=ctl.address, **info)
-            await _until_signalled()
+            await _ready_until_signalled(
+                args.ready_file, namesrv=addr, controller=ctl.address, **info
+            )
     return 0
 
 
@@ -280,8 +285,7 @@ async def run_controller(args: argparse.Namespace) -> int:
     cfg = load_controller_conf(args.config)
     async with Controller(cfg) as ctl:
         log.info("controller ready: brokers use controllerAddr=%s", ctl.address)
-        _ready(args.ready_file, controller=ctl.address)
-        await _until_signalled()
+        await _ready_until_signalled(args.ready_file, controller=ctl.address)
     return 0
 
 
@@ -300,8 +304,7 @@ async def run_proxy(args: argparse.Namespace) -> int:
     try:
         host = args.host if args.host not in ("0.0.0.0", "") else "127.0.0.1"
         log.info("proxy ready: 5.x clients use %s:%d (name servers %s)", host, proxy.port, namesrv)
-        _ready(args.ready_file, grpc=f"{host}:{proxy.port}")
-        await _until_signalled()
+        await _ready_until_signalled(args.ready_file, grpc=f"{host}:{proxy.port}")
     finally:
         await proxy.shutdown()
     return 0
@@ -331,8 +334,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
         _local_proxy(broker) as proxy,
     ):
-        _ready(args.ready_file, broker=broker.addr, **_metrics_info(broker.metrics), **proxy)
-        await _until_signalled()
+        info = _metrics_info(broker.metrics) | proxy
+        await _ready_until_signalled(args.ready_file, broker=broker.addr, **info)
     return 0
 
 
@@ -388,8 +391,9 @@ async def run_standalone(args: argparse.Namespace) -> int:
             if proxy:
                 log.info("5.x SDKs (gRPC): point them at %s", proxy["grpc"])
             info = _metrics_info(broker.metrics) | proxy
-            _ready(args.ready_file, namesrv=namesrv, broker=broker.addr, **info)
-            await _until_signalled()
+            await _ready_until_signalled(
+                args.ready_file, namesrv=namesrv, broker=broker.addr, **info
+            )
     return 0
 
 
