@@ -6,7 +6,8 @@
  * with a shorter slice gets an earlier virtual deadline: when it wakes it
  * runs sooner, and a thread it wakes (a client reading its answer) does
  * not take its CPU in the middle of its turn. The broker's event loop asks
- * for one (eventLoopSchedSliceUs, bench/README.md "Produce to consume").
+ * for one while it is mostly idle (eventLoopSchedSliceUs,
+ * pyrmq/broker/loop_slice.py).
  *
  * Only the slice changes: the thread's policy, nice value and flags are
  * read first and written back as they were. Older kernels accept the call

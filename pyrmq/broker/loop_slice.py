@@ -12,7 +12,8 @@ throughput (~10% of pipelined single sends): the loop is then
 switched away every slice and wakes for smaller reads. So the loop measures
 its own CPU time every `interval` and keeps the short slice only while it is
 busy less than `idle_below` of the time, going back to the kernel's default
-above `busy_above` (bench/README.md, "Produce to consume")."""
+above `busy_above` (bench/README.md, "Runs of 2026-12-06: the event
+loop's scheduler slice")."""
 
 from __future__ import annotations
 
