@@ -9,9 +9,10 @@
  * for one while it is mostly idle (eventLoopSchedSliceUs,
  * pyrmq/broker/loop_slice.py).
  *
- * Only the slice changes: the thread's policy, nice value and flags are
- * read first and written back as they were. Older kernels accept the call
- * and ignore the slice; other systems have no such call. */
+ * Only the slice changes: the thread's policy, nice value and
+ * reset-on-fork flag are read first and written back as they were. Older
+ * kernels accept the call and ignore the slice; other systems have no such
+ * call. */
 #ifndef RMQ_SCHED_SLICE_H
 #define RMQ_SCHED_SLICE_H
 
