@@ -40,7 +40,8 @@ static int get_attr(struct rmq_sched_attr *a) {
 }
 
 int64_t rmq_sched_slice(int64_t slice_ns) {
-    if (slice_ns < 0) return -EINVAL;
+    if (slice_ns != 0 && (slice_ns < RMQ_SCHED_SLICE_MIN_NS || slice_ns > RMQ_SCHED_SLICE_MAX_NS))
+        return -EINVAL;
     struct rmq_sched_attr a;
     int rc = get_attr(&a);
     if (rc != 0) return rc;

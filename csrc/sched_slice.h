@@ -18,12 +18,18 @@
 
 #include <stdint.h>
 
+/* The slices a thread may ask for besides 0 (the kernel's default): the
+ * range the kernel clamps a request to. */
+#define RMQ_SCHED_SLICE_MIN_NS 100000LL
+#define RMQ_SCHED_SLICE_MAX_NS 100000000LL
+
 /* Ask for slice_ns (0: the kernel's default) for the calling thread.
  * Returns the slice the kernel now reports for it (> 0: honoured; 0: the
  * kernel keeps no per-thread slice, before 6.12), or -errno: -ENOSYS
  * where there is no sched_setattr, -EINVAL for a policy other than
  * SCHED_OTHER or SCHED_BATCH (a real-time thread keeps what it has), or
- * what the kernel refused with. Thread-safe; no GIL needed. */
+ * what the kernel refused with; -EINVAL too for a slice outside 0 and
+ * RMQ_SCHED_SLICE_MIN_NS..MAX_NS. Thread-safe; no GIL needed. */
 int64_t rmq_sched_slice(int64_t slice_ns);
 
 #endif /* RMQ_SCHED_SLICE_H */

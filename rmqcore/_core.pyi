@@ -242,7 +242,6 @@ def split_frames(
     buf: bytes | bytearray | memoryview, max_frame: int
 ) -> tuple[list[tuple[int, Any, bytes]], int]: ...
 def whole_frames_end(buf: bytes | bytearray | memoryview, max_frame: int) -> int: ...
-def sched_slice(slice_us: int) -> int: ...
 def encode_json_header(
     code: int,
     language: str,
@@ -469,3 +468,9 @@ class SendAccumulatorCore:
         callback: Callable[[Any, BaseException | None], object] | None,
         counted: bool,
     ) -> Any: ...
+
+# The calling thread's time slice (csrc/sched_slice.h)
+SCHED_SLICE_MIN_US: int
+SCHED_SLICE_MAX_US: int
+
+def sched_slice(slice_us: int) -> int: ...

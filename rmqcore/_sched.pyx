@@ -1,16 +1,23 @@
 # The calling thread's time slice (csrc/sched_slice.h); included from _core.pyx.
 
+#: the slices, in µs, a thread may ask for besides 0 (the kernel's default)
+SCHED_SLICE_MIN_US = RMQ_SCHED_SLICE_MIN_NS // 1000
+SCHED_SLICE_MAX_US = RMQ_SCHED_SLICE_MAX_NS // 1000
+
 
 def sched_slice(long long slice_us) -> int:
     """Ask Linux for a time slice of slice_us µs for the calling thread
     (0: the kernel's default), leaving its policy and nice value as they
     are. Returns the slice in µs the kernel now reports for the thread: 0
     where it keeps none of its own (kernels before 6.12 ignore the
-    request). Raises ValueError for a slice outside 0-100,000 µs, OSError
-    when the kernel refuses it, has no such call (ENOSYS) or the thread is
-    real-time (EINVAL)."""
-    if not 0 <= slice_us <= 100_000:
-        raise ValueError(f"slice {slice_us} µs: expected 0 (the kernel's default) to 100000")
+    request). Raises ValueError for a slice other than 0 or
+    SCHED_SLICE_MIN_US..SCHED_SLICE_MAX_US, OSError when the kernel refuses
+    it, has no such call (ENOSYS) or the thread is real-time (EINVAL)."""
+    if slice_us != 0 and not SCHED_SLICE_MIN_US <= slice_us <= SCHED_SLICE_MAX_US:
+        raise ValueError(
+            f"slice {slice_us} µs: expected 0 (the kernel's default) or "
+            f"{SCHED_SLICE_MIN_US}..{SCHED_SLICE_MAX_US}"
+        )
     cdef int64_t got
     with nogil:
         got = rmq_sched_slice(slice_us * 1000)

@@ -10,6 +10,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+import rmqcore
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
@@ -173,7 +174,7 @@ class BrokerConfig:
     #: pyrmq/broker/loop_slice.py). Linux 6.12+ honours it: a client the
     #: loop just answered no longer takes its CPU mid-turn, and a request
     #: that arrives runs sooner. 0: always the kernel's default (0.75 ms
-    #: times 1 + log2(CPUs)); 100 is the kernel's floor, 100000 its ceiling
+    #: times 1 + log2(CPUs)), or rmqcore.SCHED_SLICE_MIN_US..MAX_US (100..100000)
     event_loop_sched_slice_us: int = 400
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
@@ -279,10 +280,11 @@ class BrokerConfig:
                 "(the event loop and up to 64 C send threads)"
             )
         slice_us = self.event_loop_sched_slice_us
-        if slice_us != 0 and not 100 <= slice_us <= 100_000:
+        low, high = rmqcore.SCHED_SLICE_MIN_US, rmqcore.SCHED_SLICE_MAX_US
+        if slice_us != 0 and not low <= slice_us <= high:
             raise ClientError(
                 f"eventLoopSchedSliceUs={slice_us}: expected 0 (the kernel's default) "
-                "or 100..100000 µs (the range Linux takes)"
+                f"or {low}..{high} µs (the range Linux takes)"
             )
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")
