@@ -310,27 +310,13 @@ async def run_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.asynccontextmanager
-async def _loop_slice(slice_us: int) -> AsyncIterator[LoopSlice]:
-    """eventLoopSchedSliceUs on this thread, the event loop's, while the
-    broker runs (pyrmq/broker/loop_slice.py)."""
-    governor = LoopSlice(slice_us)
-    task = asyncio.create_task(governor.run(), name="loop-slice")
-    try:
-        yield governor
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def run_broker(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     overrides.update(_proxy_overrides(args))
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
     async with (
-        _loop_slice(bcfg.event_loop_sched_slice_us),
+        LoopSlice(bcfg.event_loop_sched_slice_us),
         Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
         _local_proxy(broker) as proxy,
     ):
@@ -375,7 +361,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         overrides.update(_proxy_overrides(args))
         bcfg, scfg = load_broker_conf(args.config, overrides)
         async with (
-            _loop_slice(bcfg.event_loop_sched_slice_us),
+            LoopSlice(bcfg.event_loop_sched_slice_us),
             Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
             _local_proxy(broker) as proxy,
         ):

@@ -18,6 +18,7 @@ loop's scheduler slice")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -36,8 +37,9 @@ IDLE_BELOW = 0.3
 
 
 class LoopSlice:
-    """Run on the event loop's thread: `run()` until cancelled, or `step()`
-    with the loop's busy share of the last interval."""
+    """On the event loop's thread: `async with LoopSlice(n):` runs `run()`
+    for the block's length (what `pyrmq broker` and `pyrmq standalone` do);
+    `step()` is one look, given the loop's busy share of the last interval."""
 
     def __init__(
         self,
@@ -61,8 +63,18 @@ class LoopSlice:
         self._cpu = cpu
         #: whether the short slice is asked for now
         self.short = False
-        #: times the slice was switched (short and back)
-        self.switches = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopSlice:
+        self._task = asyncio.create_task(self.run(), name="loop-slice")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def start(self) -> bool:
         """Ask for the short slice: False (and nothing more to do) when
@@ -95,7 +107,6 @@ class LoopSlice:
         if got <= 0:
             return False
         self.short = not self.short
-        self.switches += 1
         return True
 
     async def run(self) -> None:

@@ -10,6 +10,7 @@ refused) is checked everywhere."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import pathlib
@@ -149,7 +150,49 @@ def test_loop_slice_short_while_idle_default_while_busy() -> None:
         assert ls.step(busy)
     assert not ls.short and k.asked == [400, 0]
     assert ls.step(0.05)  # idle again: short
-    assert ls.short and k.asked == [400, 0, 400] and ls.switches == 2
+    assert ls.short and k.asked == [400, 0, 400]
+
+
+def test_loop_slice_run_looks_at_the_loops_own_cpu_time() -> None:
+    """run() turns each interval's CPU time over wall time into a step: the
+    clock moves 1 s a reading, the loop's CPU time reads 0, 0.9, 1.8, 1.9
+    and then stays, so the looks see busy 0.9, 0.9, 0.1, 0, ... : back to
+    the default at the first look, short again at the third."""
+    readings = iter([0.0, 0.9, 1.8, 1.9])
+    wall, used, ended = [0.0], [0.0], [False]
+
+    def clock() -> float:
+        wall[0] += 1.0
+        return wall[0]
+
+    def cpu() -> float:
+        # once the block has ended: fully busy, had anything still looked
+        used[0] = used[0] + 10.0 if ended[0] else next(readings, used[0])
+        return used[0]
+
+    k = FakeKernel()
+    asked_at: list[float] = []
+
+    def ask(slice_us: int) -> int:
+        asked_at.append(wall[0])
+        return k(slice_us)
+
+    async def main() -> None:
+        async with LoopSlice(400, interval=0, ask=ask, clock=clock, cpu=cpu) as ls:
+            for _ in range(1000):  # bounded: a look per loop turn
+                if len(k.asked) == 3:
+                    break
+                await asyncio.sleep(0)
+            assert k.asked == [400, 0, 400] and ls.short
+        # start, then the 1st and 3rd looks (the clock's 2nd and 4th readings)
+        assert asked_at == [0.0, 2.0, 4.0]
+        # the block's end stopped it: a busy loop now changes nothing
+        ended[0] = True
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert k.asked == [400, 0, 400]
+
+    asyncio.run(asyncio.wait_for(main(), 30))
 
 
 def test_loop_slice_gives_up_where_the_kernel_says_no() -> None:
