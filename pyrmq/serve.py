@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from pyrmq.broker import Broker, load_broker_conf
+from pyrmq.broker import Broker, BrokerConfig, busy_poll, load_broker_conf
 from pyrmq.broker.loop_slice import LoopSlice
 from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
@@ -310,13 +310,26 @@ async def run_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loop_tuning(bcfg: BrokerConfig) -> LoopSlice:
+    """The event loop's thread as broker.conf sets it: busy polling
+    (eventLoopBusyPollUs) now, and the scheduler slice for the block that
+    enters the returned LoopSlice (its busy share without the polling)."""
+    loop = asyncio.get_running_loop()
+    if busy_poll.configure(loop, bcfg.event_loop_busy_poll_us) and bcfg.event_loop_busy_poll_us:
+        log.info(
+            "event loop: polls its sockets for up to %d µs before it sleeps (eventLoopBusyPollUs)",
+            bcfg.event_loop_busy_poll_us,
+        )
+    return LoopSlice(bcfg.event_loop_sched_slice_us, cpu=busy_poll.work_time(loop))
+
+
 async def run_broker(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     overrides.update(_proxy_overrides(args))
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
     async with (
-        LoopSlice(bcfg.event_loop_sched_slice_us),
+        _loop_tuning(bcfg),
         Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
         _local_proxy(broker) as proxy,
     ):
@@ -361,7 +374,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         overrides.update(_proxy_overrides(args))
         bcfg, scfg = load_broker_conf(args.config, overrides)
         async with (
-            LoopSlice(bcfg.event_loop_sched_slice_us),
+            _loop_tuning(bcfg),
             Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
             _local_proxy(broker) as proxy,
         ):
@@ -433,4 +446,7 @@ def main(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().set_exception_handler(AcceptErrorReporter())
         return await run(args)
 
-    return asyncio.run(serve())
+    # a loop on busy_poll's selector, which polls only once the broker's
+    # configuration asks it to (_loop_tuning)
+    with asyncio.Runner(loop_factory=busy_poll.new_event_loop) as runner:
+        return runner.run(serve())

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
+from pyrmq.broker import busy_poll
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -655,6 +656,8 @@ class Broker:
             "sendFastPathServed": fast.served if (fast := self.send_processor.fast) else 0,
             "sendFastPathServedOnThreads": fast.served_on_lanes if fast else 0,
             "connections": len(self.server.connections) if self.server else 0,
+            # pyrmq: eventLoopBusyPoll* when the process's loop polls (busy_poll.py)
+            **busy_poll.status(asyncio.get_running_loop()),
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
             # RocketMQ's keys, as mqadmin brokerStatus and the dashboards

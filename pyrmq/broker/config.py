@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import rmqcore
+from pyrmq.broker.busy_poll import POLL_MAX_US
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
@@ -176,6 +177,12 @@ class BrokerConfig:
     #: that arrives runs sooner. 0: always the kernel's default (0.75 ms
     #: times 1 + log2(CPUs)), or rmqcore.SCHED_SLICE_MIN_US..MAX_US (100..100000)
     event_loop_sched_slice_us: int = 400
+    #: pyrmq: how long, in µs, the event loop of `pyrmq broker` and `pyrmq
+    #: standalone` polls its sockets before it sleeps, the window adapting to
+    #: how close together requests come (pyrmq/broker/busy_poll.py). It
+    #: spends the broker's idle CPU on a lone client's round trips: 0 (off)
+    #: or 1..1000; 100 suits request/response traffic on a VM
+    event_loop_busy_poll_us: int = 0
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
@@ -285,6 +292,11 @@ class BrokerConfig:
             raise ClientError(
                 f"eventLoopSchedSliceUs={slice_us}: expected 0 (the kernel's default) "
                 f"or {low}..{high} µs (the range Linux takes)"
+            )
+        if not 0 <= self.event_loop_busy_poll_us <= POLL_MAX_US:
+            raise ClientError(
+                f"eventLoopBusyPollUs={self.event_loop_busy_poll_us}: expected 0 (off) "
+                f"or 1..{POLL_MAX_US} µs"
             )
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")

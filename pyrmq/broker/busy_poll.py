@@ -1,0 +1,151 @@
+"""BusyPollSelector: the broker's event loop polls its sockets for a short,
+adaptive window before it sleeps (eventLoopBusyPollUs; 0, the default, off).
+
+A lone client's round trip pays for two wake-ups of an idle CPU: the
+broker's when the request arrives, the client's when the answer does. On a
+VM an idle vCPU has halted, and waking it costs tens of µs each way; one at
+a time, that is most of a round trip (bench/README.md, "Runs of 2026-12-06,
+morning: busy polling"). Polling with timeout 0 for a few tens of µs after
+the loop runs out of work keeps the broker's CPU awake for the next request
+when requests come that close together, the way Linux's own busy polling
+(net.core.busy_poll, SO_BUSY_POLL) does for a NIC's queues, which loopback
+and a guest's virtual NIC often do not have.
+
+The window adapts as a guest's halt polling does (Linux's cpuidle haltpoll
+governor, Documentation/virt/guest-halt-polling.rst): an idle period that
+ended within the configured maximum, after the window had run out, doubles
+the window (from POLL_GROW_START_US, up to the maximum); one longer than the
+maximum halves it (to 0 below POLL_GROW_START_US). A broker whose requests
+come further apart than the maximum stops polling after a few idle periods,
+so an idle broker, or one at a steady 1,000 msgs/s, costs nothing more. A
+busy loop never runs out of work and never polls. What it costs, the CPU of
+the windows polled, is counted (`spun_s`, and eventLoopBusyPoll* in the
+broker's runtime info) and left out of the loop's busy share as LoopSlice
+reads it.
+
+Only loops made by new_event_loop() poll (`pyrmq broker` and `pyrmq
+standalone`); configure() on any other loop, an embedded broker's, is a
+no-op."""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+#: the window an idle period that ended soon after it grows from, µs
+POLL_GROW_START_US = 10
+#: eventLoopBusyPollUs's highest value, µs
+POLL_MAX_US = 1000
+
+
+class BusyPollSelector(selectors.DefaultSelector):
+    """The platform's default selector (epoll on Linux) that, when asked to
+    wait, first polls with timeout 0 for up to `window_s`."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        self._clock = clock
+        #: the configured maximum window, seconds (0: never poll)
+        self.max_s = 0.0
+        #: the window the next wait polls for, seconds
+        self.window_s = 0.0
+        #: idle periods that polled, and those a poll caught an event in
+        self.polls = 0
+        self.hits = 0
+        #: wall time spent polling, seconds
+        self.spun_s = 0.0
+
+    def set_max_us(self, us: int) -> None:
+        self.max_s = us / 1e6
+        self.window_s = min(self.window_s, self.max_s)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if not self.max_s or (timeout is not None and timeout <= 0):
+            return super().select(timeout)
+        clock, poll = self._clock, super().select
+        t0 = clock()
+        window = self.window_s if timeout is None else min(self.window_s, timeout)
+        if window > 0:
+            self.polls += 1
+            end = t0 + window
+            while True:
+                ready = poll(0)
+                now = clock()
+                if ready or now >= end:
+                    break
+            self.spun_s += now - t0
+            if ready:
+                self.hits += 1
+                return ready
+            if timeout is not None:
+                timeout = max(0.0, timeout - (now - t0))
+        ready = poll(timeout)
+        self.adapt(clock() - t0, bool(ready))
+        return ready
+
+    def adapt(self, idle_s: float, woken: bool) -> None:
+        """After an idle period of `idle_s` the window did not catch: grow
+        the window when a socket woke the loop within the maximum, shrink it
+        when the period was longer than the maximum."""
+        if idle_s > self.max_s:
+            half = self.window_s / 2
+            self.window_s = half if half >= POLL_GROW_START_US / 1e6 else 0.0
+        elif woken:
+            start = min(POLL_GROW_START_US / 1e6, self.max_s)
+            self.window_s = min(max(self.window_s * 2, start), self.max_s)
+
+
+_SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, BusyPollSelector] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """An asyncio event loop on a BusyPollSelector (polling off until
+    configure())."""
+    selector = BusyPollSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    _SELECTORS[loop] = selector
+    return loop
+
+
+def selector_of(loop: asyncio.AbstractEventLoop) -> BusyPollSelector | None:
+    return _SELECTORS.get(loop)
+
+
+def configure(loop: asyncio.AbstractEventLoop, us: int) -> bool:
+    """Poll for up to `us` µs on `loop` (0: off); False when the loop was
+    not made by new_event_loop()."""
+    selector = _SELECTORS.get(loop)
+    if selector is None:
+        return False
+    selector.set_max_us(us)
+    return True
+
+
+def work_time(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """A clock of the calling thread's CPU time less the time `loop` spent
+    polling: the loop's own work, for LoopSlice's busy share."""
+    selector = _SELECTORS.get(loop)
+    if selector is None:
+        return time.thread_time
+    return lambda: time.thread_time() - selector.spun_s
+
+
+def status(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+    """eventLoopBusyPoll* for the broker's runtime info ({} for a loop not
+    made by new_event_loop())."""
+    selector = _SELECTORS.get(loop)
+    if selector is None:
+        return {}
+    return {
+        "eventLoopBusyPollUs": round(selector.max_s * 1e6),
+        "eventLoopBusyPollWindowUs": round(selector.window_s * 1e6),
+        "eventLoopBusyPollIdles": selector.polls,
+        "eventLoopBusyPollHits": selector.hits,
+        "eventLoopBusyPollSeconds": f"{selector.spun_s:.6f}",
+    }

@@ -1,0 +1,201 @@
+"""The broker's event loop polls its sockets for an adaptive window before
+it sleeps (eventLoopBusyPollUs; pyrmq/broker/busy_poll.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pyrmq import Message, Producer
+from pyrmq.admin import AdminClient
+from pyrmq.broker import busy_poll
+from pyrmq.broker.busy_poll import POLL_GROW_START_US, BusyPollSelector
+from pyrmq.broker.config import BrokerConfig
+from pyrmq.common.errors import ClientError
+from pyrmq.testing.cluster import StandaloneProcess
+from tests.client.test_admin_cli import pyrmq
+from tests.integration.test_loop_slice import SMALL_STORE
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_off_it_waits_as_the_default_selector(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    sel = BusyPollSelector()
+    sel.register(a, 1)  # EVENT_READ
+    assert sel.select(0.02) == []
+    b.send(b"x")
+    assert [k.fileobj for k, _ in sel.select(5)] == [a]
+    assert (sel.polls, sel.hits, sel.spun_s, sel.window_s) == (0, 0, 0.0, 0.0)
+    sel.close()
+
+
+def test_the_window_grows_on_short_idles_and_shrinks_on_long_ones() -> None:
+    sel = BusyPollSelector()
+    sel.set_max_us(100)
+    start = POLL_GROW_START_US / 1e6
+    seen = []
+    for _ in range(6):  # woken by a socket within the maximum
+        sel.adapt(50e-6, True)
+        seen.append(round(sel.window_s * 1e6))
+    assert seen == [10, 20, 40, 80, 100, 100]
+    sel.adapt(50e-6, False)  # a timer within the maximum: no change
+    assert sel.window_s == pytest.approx(100e-6)
+    shrunk = []
+    for _ in range(5):  # idle longer than the maximum
+        sel.adapt(1e-3, True)
+        shrunk.append(sel.window_s * 1e6)
+    assert shrunk == pytest.approx([50, 25, 12.5, 0, 0])
+    sel.adapt(20e-6, True)
+    assert sel.window_s == start
+    sel.set_max_us(0)
+    assert sel.window_s == 0
+    sel.close()
+
+
+def test_a_poll_catches_a_write(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    sel = BusyPollSelector()
+    sel.register(a, 1)
+    sel.max_s = sel.window_s = 5.0  # long enough for a thread to be scheduled
+    writer = threading.Thread(target=b.send, args=(b"x",))
+    t0 = time.monotonic()
+    writer.start()
+    ready = sel.select(30)
+    writer.join(30)
+    took = time.monotonic() - t0
+    assert [k.fileobj for k, _ in ready] == [a], f"nothing ready after {took:.3f} s"
+    assert (sel.polls, sel.hits) == (1, 1), f"the write came {took:.3f} s after the poll began"
+    assert 0 < sel.spun_s <= took
+    # nothing to read: the poll runs out at the timeout, not later
+    a.recv(1)
+    sel.window_s = 0.05
+    assert sel.select(0.02) == []
+    assert (sel.polls, sel.hits) == (2, 1)
+    sel.close()
+
+
+def test_asyncio_on_it_keeps_time_and_order() -> None:
+    """A loop on the selector, polling with the longest window: timers fire
+    no earlier than asked, and a socket round trip on the same loop works."""
+    loop = busy_poll.new_event_loop()
+    assert busy_poll.configure(loop, busy_poll.POLL_MAX_US)
+
+    async def main() -> list[bytes]:
+        async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while line := await r.readline():
+                w.write(line)
+            w.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        got = []
+        for i in range(200):
+            w.write(b"%d\n" % i)
+            got.append(await asyncio.wait_for(r.readline(), 30))
+        t0 = loop.time()
+        await asyncio.sleep(0.02)
+        assert loop.time() - t0 >= 0.02
+        w.close()
+        server.close()
+        await server.wait_closed()
+        return got
+
+    try:
+        assert loop.run_until_complete(main()) == [b"%d\n" % i for i in range(200)]
+        status = busy_poll.status(loop)
+        assert status["eventLoopBusyPollUs"] == busy_poll.POLL_MAX_US
+        assert int(status["eventLoopBusyPollIdles"]) > 0
+    finally:
+        loop.close()
+
+
+def test_only_its_own_loops_are_configured() -> None:
+    other = asyncio.new_event_loop()
+    try:
+        assert not busy_poll.configure(other, 100)
+        assert busy_poll.status(other) == {}
+        assert busy_poll.work_time(other) is time.thread_time
+    finally:
+        other.close()
+    loop = busy_poll.new_event_loop()
+    try:
+        sel = busy_poll.selector_of(loop)
+        assert sel is not None and sel.max_s == 0  # off until configured
+        sel.spun_s = 1000.0
+        assert busy_poll.work_time(loop)() < 0  # the polled time is taken off
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("bad", [-1, busy_poll.POLL_MAX_US + 1])
+def test_the_setting_is_checked(bad: int) -> None:
+    BrokerConfig(event_loop_busy_poll_us=busy_poll.POLL_MAX_US)
+    with pytest.raises(ClientError, match="eventLoopBusyPollUs"):
+        BrokerConfig(event_loop_busy_poll_us=bad)
+
+
+def test_a_bad_setting_is_one_line(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.conf"
+    bad.write_text("eventLoopBusyPollUs=5000\n")
+    r = pyrmq("broker", "-c", str(bad))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(lines) == 1, r.stderr
+    assert "eventLoopBusyPollUs=5000" in lines[0]
+
+
+async def _lone_sends_until_polled(server: StandaloneProcess, seconds: float) -> dict[str, str]:
+    """Awaited sends one at a time until the broker says its loop polled
+    (or `seconds` pass); its runtime info then."""
+    async with (
+        Producer("busy-poll-test", server.namesrv) as p,
+        AdminClient(server.namesrv) as admin,
+    ):
+        await admin.create_topic("BusyPollT", broker_addr=server.broker)
+        status: dict[str, str] = {}
+        deadline = time.monotonic() + seconds
+        sent = 0
+        while time.monotonic() < deadline:
+            for _ in range(100):
+                await p.send(Message("BusyPollT", b"x" * 128))
+            sent += 100
+            status = await admin.broker_status(server.broker)
+            status["sent"] = str(sent)
+            if int(status.get("eventLoopBusyPollIdles", 0)) > 0:
+                break
+        return status
+
+
+@pytest.mark.parametrize("setting", [None, 1000])
+def test_standalone_polls_as_configured(tmp_path: pathlib.Path, setting: int | None) -> None:
+    settings: dict[str, object] = dict(SMALL_STORE)
+    if setting is not None:
+        settings["eventLoopBusyPollUs"] = setting
+    server = StandaloneProcess(tmp_path, settings)
+    server.start()
+    try:
+        status = asyncio.run(_lone_sends_until_polled(server, 5 if setting is None else 60))
+    finally:
+        assert server.stop() == 0
+    assert status["eventLoopBusyPollUs"] == str(setting or 0), status
+    if setting is None:
+        assert status["eventLoopBusyPollIdles"] == "0", status
+    else:
+        # each send waits for its answer: the broker's loop idles between
+        # two, and one idle shorter than 1 ms opens the window
+        assert int(status["eventLoopBusyPollIdles"]) > 0, (
+            f"no poll in {status['sent']} sends: {status}"
+        )
