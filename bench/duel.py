@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import platform
 import statistics
 import sys
@@ -67,8 +69,9 @@ def run(
     seconds: float = 1.0,
     size: int = 128,
     log: Callable[[str], None] = lambda _m: None,
+    busy_poll_us: int = 100,
 ) -> dict[str, Any]:
-    """Start both servers under root, alternate `rounds` rounds, stop them."""
+    """Start the servers under root, alternate `rounds` rounds, stop them."""
     from bench.client_bench import PyrmqAdapter
     from bench.peers import _servers, missing
     from bench.peers.redis_streams import RedisAdapter
@@ -78,65 +81,96 @@ def run(
     if why:
         return {"skipped": why}
     body = _e2e.body_of(size)
-    with (
-        bl.standalone(root, "ASYNC_FLUSH") as psrv,
-        _servers.redis_server(root, "everysec") as rsrv,
-    ):
+    with contextlib.ExitStack() as stack:
+        psrv = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH"))
+        polled = None
+        if busy_poll_us:
+            confdir = stack.enter_context(tempfile.TemporaryDirectory(dir=root))
+            conf = os.path.join(confdir, "broker.conf")
+            with open(conf, "w") as f:
+                f.write(f"eventLoopBusyPollUs={busy_poll_us}\n")
+            polled = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH", ("-c", conf)))
+        rsrv = stack.enter_context(_servers.redis_server(root, "everysec"))
         log(f"duel: pyrmq pid {psrv.pid}, {rsrv.version} pid {rsrv.pid}")
+        #: each system's server process, whose CPU time a send is charged
+        server_cpu: dict[str, Callable[[], float]] = {
+            "pyrmq": psrv.cpu_s,
+            "pyrmq-nobatch": psrv.cpu_s,
+            "redis-everysec": rsrv.cpu_s,
+        }
+        if polled is not None:
+            server_cpu["pyrmq-busypoll"] = polled.cpu_s
 
         async def main() -> dict[str, Any]:
-            async with (
-                Producer("bench-duel", psrv.namesrv) as p,
-                Producer("bench-duel-nobatch", psrv.namesrv, auto_batch=False) as p1,
-            ):
-                pa = PyrmqAdapter(psrv, p)
+            async with contextlib.AsyncExitStack() as clients:
+                p = await clients.enter_async_context(Producer("bench-duel", psrv.namesrv))
+                p1 = await clients.enter_async_context(
+                    Producer("bench-duel-nobatch", psrv.namesrv, auto_batch=False)
+                )
+                adapters: list[tuple[str, Any]] = [
+                    ("pyrmq", PyrmqAdapter(psrv, p)),
+                    ("pyrmq-nobatch", PyrmqAdapter(psrv, p1)),
+                ]
+                if polled is not None:
+                    pp = await clients.enter_async_context(
+                        Producer("bench-duel-busypoll", polled.namesrv)
+                    )
+                    adapters.append(("pyrmq-busypoll", PyrmqAdapter(polled, pp)))
                 ra = await RedisAdapter.connect(rsrv.host, rsrv.port)
-                try:
-                    sends = {}
-                    for name, a in (
-                        ("pyrmq", pa),
-                        ("pyrmq-nobatch", PyrmqAdapter(psrv, p1)),
-                        ("redis-everysec", ra),
-                    ):
-                        stream = await a.new_stream(f"duel{size}")
-                        send = a.awaited_send(stream, body)
-                        for _ in range(200):  # connection, route, files, caches
-                            await send()
-                        sends[name] = send
-                    per_round: dict[str, list[float]] = {n: [] for n in sends}
-                    pooled: dict[str, list[int]] = {n: [] for n in sends}
-                    order = list(sends)
-                    for k in range(rounds):
-                        for name in order if k % 2 == 0 else order[::-1]:
-                            _, _, rtt = await _e2e.awaited(sends[name], 10**7, seconds)
-                            per_round[name].append(_pct(rtt, 0.5))
-                            pooled[name] += rtt
-                        log(
-                            f"  round {k + 1}: "
-                            + ", ".join(f"{n} p50 {per_round[n][-1]:.3f} ms" for n in order)
-                        )
-                    return {
-                        name: {
-                            "p50_ms_per_round": per_round[name],
-                            "median_p50_ms": round(statistics.median(per_round[name]), 4),
-                            "pooled_p50_ms": _pct(pooled[name], 0.5),
-                            "pooled_p99_ms": _pct(pooled[name], 0.99),
-                            "sends": len(pooled[name]),
-                        }
-                        for name in order
+                clients.push_async_callback(ra.close)
+                adapters.append(("redis-everysec", ra))
+                sends = {}
+                for name, a in adapters:
+                    stream = await a.new_stream(f"duel{size}")
+                    send = a.awaited_send(stream, body)
+                    for _ in range(200):  # connection, route, files, caches
+                        await send()
+                    sends[name] = send
+                per_round: dict[str, list[float]] = {n: [] for n in sends}
+                pooled: dict[str, list[int]] = {n: [] for n in sends}
+                cpu_s = dict.fromkeys(sends, 0.0)
+                order = list(sends)
+                for k in range(rounds):
+                    for name in order if k % 2 == 0 else order[::-1]:
+                        c0 = server_cpu[name]()
+                        _, _, rtt = await _e2e.awaited(sends[name], 10**7, seconds)
+                        cpu_s[name] += server_cpu[name]() - c0
+                        per_round[name].append(_pct(rtt, 0.5))
+                        pooled[name] += rtt
+                    log(
+                        f"  round {k + 1}: "
+                        + ", ".join(f"{n} p50 {per_round[n][-1]:.3f} ms" for n in order)
+                    )
+                return {
+                    name: {
+                        "p50_ms_per_round": per_round[name],
+                        "median_p50_ms": round(statistics.median(per_round[name]), 4),
+                        "pooled_p50_ms": _pct(pooled[name], 0.5),
+                        "pooled_p99_ms": _pct(pooled[name], 0.99),
+                        "sends": len(pooled[name]),
+                        #: the server process's CPU (all its threads) per send
+                        "server_cpu_us_per_send": round(cpu_s[name] / len(pooled[name]) * 1e6, 1),
                     }
-                finally:
-                    await ra.close()
+                    for name in order
+                }
 
         systems = asyncio.run(main())
-    p, r = systems["pyrmq"]["median_p50_ms"], systems["redis-everysec"]["median_p50_ms"]
-    nb = systems["pyrmq-nobatch"]["median_p50_ms"]
+    r = systems["redis-everysec"]["median_p50_ms"]
+
+    def ratio(name: str) -> float | None:
+        p = systems[name]["median_p50_ms"] if name in systems else 0
+        return round(r / p, 3) if p else None
+
+    p, nb = systems["pyrmq"]["median_p50_ms"], systems["pyrmq-nobatch"]["median_p50_ms"]
     return {
         "rounds": rounds,
         "seconds": seconds,
         "body": size,
+        "busy_poll_us": busy_poll_us,
         "systems": systems,
-        "ratio": round(r / p, 3) if p else None,
+        "ratio": ratio("pyrmq"),
+        #: Redis's median p50 over pyrmq's with eventLoopBusyPollUs=busy_poll_us
+        "busy_poll_ratio": ratio("pyrmq-busypoll"),
         #: auto_batch on over off, median p50s (> 1: batching slower)
         "auto_batch_p50_ratio": round(p / nb, 3) if nb else None,
         "pyrmq_faster_rounds": sum(
@@ -399,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pipelined", action="store_true", help="the throughput duel")
     ap.add_argument("--e2e", action="store_true", help="the produce-to-consume duel with NATS")
     ap.add_argument("--rate", type=float, default=1000.0, help="msgs/s of the --e2e duel")
+    ap.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=100,
+        help="eventLoopBusyPollUs of the one-at-a-time duel's pyrmq-busypoll (0: no such system)",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -407,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.pipelined:
         doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
     else:
-        doc = run(args.dir, args.rounds, args.seconds, args.size, log)
+        doc = run(args.dir, args.rounds, args.seconds, args.size, log, args.busy_poll_us)
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
     # both systems' clients ran on this interpreter: results differ by
     # version (from 3.12 pyrmq's listener starts eagerly, nats-py is slower)
