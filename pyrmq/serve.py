@@ -310,16 +310,10 @@ async def run_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _loop_tuning(bcfg: BrokerConfig) -> LoopSlice:
-    """The event loop's thread as broker.conf sets it: busy polling
-    (eventLoopBusyPollUs) now, and the scheduler slice for the block that
-    enters the returned LoopSlice (its busy share without the polling)."""
+def _loop_slice(bcfg: BrokerConfig) -> LoopSlice:
+    """The event loop thread's scheduler slice as broker.conf sets it, its
+    busy share read without the time the loop spent busy polling."""
     loop = asyncio.get_running_loop()
-    if busy_poll.configure(loop, bcfg.event_loop_busy_poll_us) and bcfg.event_loop_busy_poll_us:
-        log.info(
-            "event loop: polls its sockets for up to %d µs before it sleeps (eventLoopBusyPollUs)",
-            bcfg.event_loop_busy_poll_us,
-        )
     return LoopSlice(bcfg.event_loop_sched_slice_us, cpu=busy_poll.work_time(loop))
 
 
@@ -329,7 +323,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     bcfg, scfg = load_broker_conf(args.config, overrides)
     tls = _tls_config(dict(read_properties(args.config)) if args.config else {}, args)
     async with (
-        _loop_tuning(bcfg),
+        _loop_slice(bcfg),
         Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
         _local_proxy(broker) as proxy,
     ):
@@ -374,7 +368,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         overrides.update(_proxy_overrides(args))
         bcfg, scfg = load_broker_conf(args.config, overrides)
         async with (
-            _loop_tuning(bcfg),
+            _loop_slice(bcfg),
             Broker(bcfg, scfg, tls=tls, config_path=args.config) as broker,
             _local_proxy(broker) as proxy,
         ):
@@ -447,6 +441,6 @@ def main(args: argparse.Namespace) -> int:
         return await run(args)
 
     # a loop on busy_poll's selector, which polls only once the broker's
-    # configuration asks it to (_loop_tuning)
+    # configuration asks it to (eventLoopBusyPollUs)
     with asyncio.Runner(loop_factory=busy_poll.new_event_loop) as runner:
         return runner.run(serve())

@@ -104,6 +104,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
+        #: the selector of the loop the broker runs on, when it can busy poll
+        #: (eventLoopBusyPollUs; found at start)
+        self._busy_poll: busy_poll.BusyPollSelector | None = None
         #: master or slave, replication, controller mode's role changes
         self.roles = BrokerRoles(self)
         #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
@@ -313,6 +316,7 @@ class Broker:
             self.stats,
             broker_name=cfg.broker_name,
         )
+        self._start_busy_poll()
         self.runtime_config = self._runtime_config(cm)
         stats_admin = AdminStatsProcessor(
             store,
@@ -562,7 +566,23 @@ class Broker:
         )
         rc.bind("brokerFastFailureEnable", (sp, "fast_failure"))
         rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
+        if self._busy_poll is not None:
+            rc.bind("eventLoopBusyPollUs", (self._busy_poll, "max_us"))
         return rc
+
+    def _start_busy_poll(self) -> None:
+        self._busy_poll = busy_poll.selector_of(asyncio.get_running_loop())
+        us = self.config.event_loop_busy_poll_us
+        if self._busy_poll is not None:
+            self._busy_poll.max_us = us
+            if us:
+                log.info(
+                    "event loop: polls for up to %d µs before it sleeps (eventLoopBusyPollUs)", us
+                )
+        elif us:
+            log.warning(
+                "eventLoopBusyPollUs=%d: this broker's event loop cannot poll (embedded)", us
+            )
 
     def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
         self.config = config
@@ -656,8 +676,8 @@ class Broker:
             "sendFastPathServed": fast.served if (fast := self.send_processor.fast) else 0,
             "sendFastPathServedOnThreads": fast.served_on_lanes if fast else 0,
             "connections": len(self.server.connections) if self.server else 0,
-            # pyrmq: eventLoopBusyPoll* when the process's loop polls (busy_poll.py)
-            **busy_poll.status(asyncio.get_running_loop()),
+            # pyrmq: eventLoopBusyPoll* when the loop can poll (busy_poll.py)
+            **busy_poll.status(self._busy_poll),
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
             # RocketMQ's keys, as mqadmin brokerStatus and the dashboards
@@ -673,6 +693,8 @@ class Broker:
         }
 
     async def shutdown(self) -> None:
+        if self._busy_poll is not None:
+            self._busy_poll.max_us = 0  # the loop may run on after the broker
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

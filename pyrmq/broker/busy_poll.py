@@ -4,12 +4,12 @@ adaptive window before it sleeps (eventLoopBusyPollUs; 0, the default, off).
 A lone client's round trip pays for two wake-ups of an idle CPU: the
 broker's when the request arrives, the client's when the answer does. On a
 VM an idle vCPU has halted, and waking it costs tens of µs each way; one at
-a time, that is most of a round trip (bench/README.md, "Runs of 2026-12-06,
-morning: busy polling"). Polling with timeout 0 for a few tens of µs after
-the loop runs out of work keeps the broker's CPU awake for the next request
-when requests come that close together, the way Linux's own busy polling
-(net.core.busy_poll, SO_BUSY_POLL) does for a NIC's queues, which loopback
-and a guest's virtual NIC often do not have.
+a time, that is most of a round trip (bench/README.md, "Runs of
+2026-12-06, morning: busy polling (Intel VM)"). Polling with timeout 0 for
+up to ~100 µs after the loop runs out of work keeps the broker's CPU awake
+for the next request when requests come that close together, the way
+Linux's own busy polling (net.core.busy_poll, SO_BUSY_POLL) does for a
+NIC's queues, which loopback and a guest's virtual NIC often do not have.
 
 The window adapts as a guest's halt polling does (Linux's cpuidle haltpoll
 governor, Documentation/virt/guest-halt-polling.rst): an idle period that
@@ -24,8 +24,10 @@ broker's runtime info) and left out of the loop's busy share as LoopSlice
 reads it.
 
 Only loops made by new_event_loop() poll (`pyrmq broker` and `pyrmq
-standalone`); configure() on any other loop, an embedded broker's, is a
-no-op."""
+standalone` run on one): the Broker finds its loop's selector with
+selector_of() and sets `max_us` from broker.conf at start and from
+updateBrokerConfig while it runs. On any other loop, an embedded broker's,
+the setting does nothing."""
 
 from __future__ import annotations
 
@@ -59,7 +61,13 @@ class BusyPollSelector(selectors.DefaultSelector):
         #: wall time spent polling, seconds
         self.spun_s = 0.0
 
-    def set_max_us(self, us: int) -> None:
+    @property
+    def max_us(self) -> int:
+        """The configured maximum window, µs (0: off)."""
+        return round(self.max_s * 1e6)
+
+    @max_us.setter
+    def max_us(self, us: int) -> None:
         self.max_s = us / 1e6
         self.window_s = min(self.window_s, self.max_s)
 
@@ -105,8 +113,8 @@ _SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, BusyPollSelecto
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """An asyncio event loop on a BusyPollSelector (polling off until
-    configure())."""
+    """An asyncio event loop on a BusyPollSelector (polling off until its
+    `max_us` is set)."""
     selector = BusyPollSelector()
     loop = asyncio.SelectorEventLoop(selector)
     _SELECTORS[loop] = selector
@@ -115,16 +123,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def selector_of(loop: asyncio.AbstractEventLoop) -> BusyPollSelector | None:
     return _SELECTORS.get(loop)
-
-
-def configure(loop: asyncio.AbstractEventLoop, us: int) -> bool:
-    """Poll for up to `us` µs on `loop` (0: off); False when the loop was
-    not made by new_event_loop()."""
-    selector = _SELECTORS.get(loop)
-    if selector is None:
-        return False
-    selector.set_max_us(us)
-    return True
 
 
 def work_time(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
@@ -136,14 +134,13 @@ def work_time(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     return lambda: time.thread_time() - selector.spun_s
 
 
-def status(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
-    """eventLoopBusyPoll* for the broker's runtime info ({} for a loop not
-    made by new_event_loop())."""
-    selector = _SELECTORS.get(loop)
+def status(selector: BusyPollSelector | None) -> dict[str, Any]:
+    """eventLoopBusyPoll* for the broker's runtime info ({} without a
+    selector: a loop not made by new_event_loop())."""
     if selector is None:
         return {}
     return {
-        "eventLoopBusyPollUs": round(selector.max_s * 1e6),
+        "eventLoopBusyPollUs": selector.max_us,
         "eventLoopBusyPollWindowUs": round(selector.window_s * 1e6),
         "eventLoopBusyPollIdles": selector.polls,
         "eventLoopBusyPollHits": selector.hits,

@@ -17,7 +17,7 @@ from pyrmq.admin import AdminClient
 from pyrmq.broker import busy_poll
 from pyrmq.broker.busy_poll import POLL_GROW_START_US, BusyPollSelector
 from pyrmq.broker.config import BrokerConfig
-from pyrmq.common.errors import ClientError
+from pyrmq.common.errors import ClientError, InvalidParameterError
 from pyrmq.testing.cluster import StandaloneProcess
 from tests.client.test_admin_cli import pyrmq
 from tests.integration.test_loop_slice import SMALL_STORE
@@ -44,7 +44,7 @@ def test_off_it_waits_as_the_default_selector(pair: tuple[socket.socket, socket.
 
 def test_the_window_grows_on_short_idles_and_shrinks_on_long_ones() -> None:
     sel = BusyPollSelector()
-    sel.set_max_us(100)
+    sel.max_us = 100
     start = POLL_GROW_START_US / 1e6
     seen = []
     for _ in range(6):  # woken by a socket within the maximum
@@ -60,7 +60,7 @@ def test_the_window_grows_on_short_idles_and_shrinks_on_long_ones() -> None:
     assert shrunk == pytest.approx([50, 25, 12.5, 0, 0])
     sel.adapt(20e-6, True)
     assert sel.window_s == start
-    sel.set_max_us(0)
+    sel.max_us = 0
     assert sel.window_s == 0
     sel.close()
 
@@ -91,7 +91,9 @@ def test_asyncio_on_it_keeps_time_and_order() -> None:
     """A loop on the selector, polling with the longest window: timers fire
     no earlier than asked, and a socket round trip on the same loop works."""
     loop = busy_poll.new_event_loop()
-    assert busy_poll.configure(loop, busy_poll.POLL_MAX_US)
+    selector = busy_poll.selector_of(loop)
+    assert selector is not None
+    selector.max_us = busy_poll.POLL_MAX_US
 
     async def main() -> list[bytes]:
         async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -116,18 +118,18 @@ def test_asyncio_on_it_keeps_time_and_order() -> None:
 
     try:
         assert loop.run_until_complete(main()) == [b"%d\n" % i for i in range(200)]
-        status = busy_poll.status(loop)
+        status = busy_poll.status(selector)
         assert status["eventLoopBusyPollUs"] == busy_poll.POLL_MAX_US
         assert int(status["eventLoopBusyPollIdles"]) > 0
     finally:
         loop.close()
 
 
-def test_only_its_own_loops_are_configured() -> None:
+def test_only_its_own_loops_poll() -> None:
     other = asyncio.new_event_loop()
     try:
-        assert not busy_poll.configure(other, 100)
-        assert busy_poll.status(other) == {}
+        assert busy_poll.selector_of(other) is None
+        assert busy_poll.status(None) == {}
         assert busy_poll.work_time(other) is time.thread_time
     finally:
         other.close()
@@ -157,45 +159,47 @@ def test_a_bad_setting_is_one_line(tmp_path: pathlib.Path) -> None:
     assert "eventLoopBusyPollUs=5000" in lines[0]
 
 
-async def _lone_sends_until_polled(server: StandaloneProcess, seconds: float) -> dict[str, str]:
+async def _lone_sends_until_polled(
+    p: Producer, admin: AdminClient, broker: str, seconds: float
+) -> dict[str, str]:
     """Awaited sends one at a time until the broker says its loop polled
     (or `seconds` pass); its runtime info then."""
+    status: dict[str, str] = {}
+    deadline = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < deadline:
+        for _ in range(100):
+            await p.send(Message("BusyPollT", b"x" * 128))
+        sent += 100
+        status = await admin.broker_status(broker)
+        status["sent"] = str(sent)
+        if int(status.get("eventLoopBusyPollIdles", 0)) > 0:
+            break
+    return status
+
+
+async def _off_then_on(server: StandaloneProcess) -> tuple[dict[str, str], dict[str, str]]:
     async with (
         Producer("busy-poll-test", server.namesrv) as p,
         AdminClient(server.namesrv) as admin,
     ):
         await admin.create_topic("BusyPollT", broker_addr=server.broker)
-        status: dict[str, str] = {}
-        deadline = time.monotonic() + seconds
-        sent = 0
-        while time.monotonic() < deadline:
-            for _ in range(100):
-                await p.send(Message("BusyPollT", b"x" * 128))
-            sent += 100
-            status = await admin.broker_status(server.broker)
-            status["sent"] = str(sent)
-            if int(status.get("eventLoopBusyPollIdles", 0)) > 0:
-                break
-        return status
+        off = await _lone_sends_until_polled(p, admin, server.broker, 3)
+        with pytest.raises(InvalidParameterError, match="eventLoopBusyPollUs=5000"):
+            await admin.update_broker_config({"eventLoopBusyPollUs": "5000"}, server.broker)
+        await admin.update_broker_config({"eventLoopBusyPollUs": "1000"}, server.broker)
+        return off, await _lone_sends_until_polled(p, admin, server.broker, 60)
 
 
-@pytest.mark.parametrize("setting", [None, 1000])
-def test_standalone_polls_as_configured(tmp_path: pathlib.Path, setting: int | None) -> None:
-    settings: dict[str, object] = dict(SMALL_STORE)
-    if setting is not None:
-        settings["eventLoopBusyPollUs"] = setting
-    server = StandaloneProcess(tmp_path, settings)
+def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> None:
+    server = StandaloneProcess(tmp_path, SMALL_STORE)
     server.start()
     try:
-        status = asyncio.run(_lone_sends_until_polled(server, 5 if setting is None else 60))
+        off, on = asyncio.run(_off_then_on(server))
     finally:
         assert server.stop() == 0
-    assert status["eventLoopBusyPollUs"] == str(setting or 0), status
-    if setting is None:
-        assert status["eventLoopBusyPollIdles"] == "0", status
-    else:
-        # each send waits for its answer: the broker's loop idles between
-        # two, and one idle shorter than 1 ms opens the window
-        assert int(status["eventLoopBusyPollIdles"]) > 0, (
-            f"no poll in {status['sent']} sends: {status}"
-        )
+    assert off["eventLoopBusyPollUs"] == "0" and off["eventLoopBusyPollIdles"] == "0", off
+    assert on["eventLoopBusyPollUs"] == "1000", on
+    # each send waits for its answer: the broker's loop idles between two,
+    # and one idle shorter than 1 ms opens the window
+    assert int(on["eventLoopBusyPollIdles"]) > 0, f"no poll in {on['sent']} sends: {on}"
