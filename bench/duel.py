@@ -16,6 +16,11 @@ trips pooled; ``ratio`` is Redis's median p50 over pyrmq's (≥ 1: pyrmq no
 slower). ``pyrmq`` is a Producer with its defaults (auto_batch on);
 ``pyrmq-nobatch`` one with auto_batch=False, alternating in the same
 rounds: what client auto-batching costs a lone awaited send.
+``pyrmq-busypoll`` is a default Producer sending to a second standalone
+whose loop polls before it sleeps (eventLoopBusyPollUs=--busy-poll-us,
+100 unless told; 0 leaves it out). Each system's server CPU (all its
+threads, /proc) over its rounds is reported per send: what the latency
+cost the server.
 
 ``--pipelined`` runs the other duel, of throughput (issue 18): pipelined
 single sends (``send_async`` of one message, 1,024 unacknowledged, acks
