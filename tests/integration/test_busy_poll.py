@@ -69,6 +69,7 @@ def test_a_poll_catches_a_write(pair: tuple[socket.socket, socket.socket]) -> No
     a, b = pair
     sel = BusyPollSelector()
     sel.register(a, 1)
+    sel.max_us = busy_poll.POLL_MAX_US
     sel.max_s = sel.window_s = 5.0  # long enough for a thread to be scheduled
     writer = threading.Thread(target=b.send, args=(b"x",))
     t0 = time.monotonic()
