@@ -151,13 +151,14 @@ def test_the_setting_is_checked(bad: int) -> None:
         BrokerConfig(event_loop_busy_poll_us=bad)
 
 
-def test_a_bad_setting_is_one_line(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("line", ["eventLoopBusyPollUs=5000", "eventLoopSchedSliceUs=50"])
+def test_a_bad_event_loop_setting_is_one_line(tmp_path: pathlib.Path, line: str) -> None:
     bad = tmp_path / "bad.conf"
-    bad.write_text("eventLoopBusyPollUs=5000\n")
+    bad.write_text(line + "\n")
     r = pyrmq("broker", "-c", str(bad))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode != 0 and len(lines) == 1, r.stderr
-    assert "eventLoopBusyPollUs=5000" in lines[0]
+    assert line in lines[0]
 
 
 async def _lone_sends_until_polled(

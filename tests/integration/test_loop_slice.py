@@ -26,7 +26,6 @@ from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.loop_slice import LoopSlice
 from pyrmq.common.errors import ClientError
 from pyrmq.testing.cluster import StandaloneProcess
-from tests.client.test_admin_cli import pyrmq
 
 #: small segments: the standalone's store does not take 1 GiB on disk
 SMALL_STORE = {"mappedFileSizeCommitLog": 64 << 20}
@@ -250,12 +249,3 @@ def test_standalone_loop_takes_its_slice(tmp_path: pathlib.Path, setting: int | 
         )
     finally:
         assert server.stop() == 0
-
-
-def test_a_bad_slice_setting_is_one_line(tmp_path: pathlib.Path) -> None:
-    bad = tmp_path / "bad.conf"
-    bad.write_text("eventLoopSchedSliceUs=50\n")
-    r = pyrmq("broker", "-c", str(bad))
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode != 0 and len(lines) == 1, r.stderr
-    assert "eventLoopSchedSliceUs=50" in lines[0]
