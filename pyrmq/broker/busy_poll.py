@@ -60,7 +60,7 @@ class BusyPollSelector(selectors.DefaultSelector):
         self.hits = 0
         #: wall time spent polling, seconds
         self.spun_s = 0.0
-        self.max_us = 0
+        self.max_us = 0  # off: select() is the platform's (the setter)
 
     @property
     def max_us(self) -> int:
