@@ -13,6 +13,7 @@ from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
 from pyrmq.broker import busy_poll
+from pyrmq.broker.busy_poll import BusyPollSelector
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -106,7 +107,7 @@ class Broker:
         self._started_at = time.time()
         #: the selector of the loop the broker runs on, when it can busy poll
         #: (eventLoopBusyPollUs; found at start)
-        self._busy_poll: busy_poll.BusyPollSelector | None = None
+        self._busy_poll: BusyPollSelector | None = None
         #: master or slave, replication, controller mode's role changes
         self.roles = BrokerRoles(self)
         #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
@@ -569,6 +570,12 @@ class Broker:
         if self._busy_poll is not None:
             rc.bind("eventLoopBusyPollUs", (self._busy_poll, "max_us"))
         return rc
+
+    @property
+    def busy_poll_selector(self) -> BusyPollSelector | None:
+        """The selector of the loop the broker runs on, when it can busy
+        poll (pyrmq/broker/busy_poll.py)."""
+        return self._busy_poll
 
     def _start_busy_poll(self) -> None:
         self._busy_poll = busy_poll.selector_of(asyncio.get_running_loop())

@@ -113,7 +113,16 @@ class BrokerMetrics:
         out += self._lag()
         out += self._clients()
         out += self._storage()
+        out += self._event_loop()
         return out
+
+    def _event_loop(self) -> list[Family]:
+        selector = self.broker.busy_poll_selector
+        if selector is None:
+            return []
+        f_poll = Family.of("pyrmq_event_loop_busy_poll_seconds_total")
+        f_poll.add((), selector.spun_s)
+        return [f_poll]
 
     def _traffic(self) -> list[Family]:
         t = self.tallies

@@ -174,6 +174,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "diskSpaceWarningLevelRatio as a fraction: past it, sends are refused",
     ),
     MetricSpec(
+        "pyrmq_event_loop_busy_poll_seconds_total",
+        "counter",
+        (),
+        "Seconds the event loop spent polling its sockets before it slept "
+        "(eventLoopBusyPollUs): CPU spent on a lone client's latency. Exported by "
+        "`pyrmq broker` and `pyrmq standalone`, not by an embedded broker",
+        "seconds",
+    ),
+    MetricSpec(
         "pyrmq_replication_slave_behind_bytes",
         "gauge",
         ("slave_id",),

@@ -18,9 +18,9 @@ from pyrmq.broker import busy_poll
 from pyrmq.broker.busy_poll import POLL_GROW_START_US, BusyPollSelector
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.common.errors import ClientError, InvalidParameterError
-from pyrmq.testing.cluster import StandaloneProcess
+from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
 from tests.client.test_admin_cli import pyrmq
-from tests.integration.test_loop_slice import SMALL_STORE
+from tests.metrics._scrape import scrape, total
 
 
 @pytest.fixture
@@ -194,10 +194,18 @@ async def _off_then_on(server: StandaloneProcess) -> tuple[dict[str, str], dict[
 
 
 def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> None:
-    server = StandaloneProcess(tmp_path, SMALL_STORE)
+    metrics = {
+        "metricsExporterType": "PROM",
+        "metricsPromExporterHost": "127.0.0.1",
+        "metricsPromExporterPort": 0,
+    }
+    server = StandaloneProcess(tmp_path, {**SMALL_STORE, **metrics})
     server.start()
     try:
         off, on = asyncio.run(_off_then_on(server))
+        polled_s = total(
+            scrape(str(server.info["metrics"])), "pyrmq_event_loop_busy_poll_seconds_total"
+        )
     finally:
         assert server.stop() == 0
     assert off["eventLoopBusyPollUs"] == "0" and off["eventLoopBusyPollIdles"] == "0", off
@@ -205,3 +213,6 @@ def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> N
     # each send waits for its answer: the broker's loop idles between two,
     # and one idle shorter than 1 ms opens the window
     assert int(on["eventLoopBusyPollIdles"]) > 0, f"no poll in {on['sent']} sends: {on}"
+    # scraped after the runtime info: no less than it said (to its 6 decimals)
+    assert polled_s >= float(on["eventLoopBusyPollSeconds"]) - 1e-6
+    assert polled_s > 0
