@@ -88,11 +88,10 @@ def run(out: pathlib.Path, seconds: float, rounds: int, body: int) -> dict[str, 
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         acl_file = pathlib.Path(d) / "plain_acl.yml"
         acl_file.write_text(PLAIN_ACL)
-        conf = pathlib.Path(d) / "acl.conf"
-        conf.write_text(f"aclEnable=true\naclPlainFile={acl_file}\n")
+        acl_conf = {"aclEnable": "true", "aclPlainFile": acl_file}
         srvs = {
             "plain": stack.enter_context(bl.standalone(d)),
-            "acl": stack.enter_context(bl.standalone(d, extra=("-c", str(conf)))),
+            "acl": stack.enter_context(bl.standalone(d, conf=acl_conf)),
         }
         for name, srv in srvs.items():
             asyncio.run(_admin(srv.namesrv, srv.broker, "create"))

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import rmqcore
@@ -122,11 +122,18 @@ def _spawn(kind: str, cmd: list[str], workdir: str, timeout: float = 60.0) -> It
 
 
 @contextlib.contextmanager
-def standalone(root: str, flush: str = "ASYNC_FLUSH",
-               extra: tuple[str, ...] = ()) -> Iterator[Server]:
-    """``pyrmq standalone`` on a fresh store under root (removed after)."""
+def standalone(root: str, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = (),
+               conf: Mapping[str, object] | None = None) -> Iterator[Server]:
+    """``pyrmq standalone`` on a fresh store under root (removed after);
+    conf: broker.conf settings (key -> value), written beside the store
+    and passed as -c."""
     workdir = tempfile.mkdtemp(prefix="pyrmq-bench-broker-", dir=root)
     try:
+        if conf:
+            path = os.path.join(workdir, "broker.conf")
+            with open(path, "w") as f:
+                f.write("".join(f"{k}={v}\n" for k, v in conf.items()))
+            extra = ("-c", path, *extra)
         with _spawn("standalone", [sys.executable, "-m", "pyrmq", "standalone",
                                    "--store", os.path.join(workdir, "store"),
                                    "--namesrv-port", "0", "--broker-port", "0",

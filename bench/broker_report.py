@@ -421,24 +421,16 @@ def git_head() -> str:
         return "unknown"
 
 
-#: broker.conf lines of the Python send path's server (section b's A/B)
-PYTHON_SEND_PATH = ("sendFastPathEnable=false",)
+#: broker.conf settings of the Python send path's server (section b's A/B)
+PYTHON_SEND_PATH = {"sendFastPathEnable": "false"}
 
 
 @contextlib.contextmanager
-def _servers(root: str, flush: str, conf: tuple[str, ...] = ()) -> Iterator[bl.Server]:
-    """pyrmq standalone; conf: broker.conf lines (written to a file for -c)."""
-    with contextlib.ExitStack() as stack:
-        extra: tuple[str, ...] = ()
-        if conf:
-            d = stack.enter_context(tempfile.TemporaryDirectory(dir=root))
-            path = os.path.join(d, "broker.conf")
-            with open(path, "w") as f:
-                f.write("\n".join(conf) + "\n")
-            extra = ("-c", path)
-        srv = stack.enter_context(bl.standalone(root, flush, extra))
-        log(f"pyrmq standalone {flush}{' ' + ' '.join(conf) if conf else ''}: "
-            f"broker {srv.broker}, pid {srv.pid}")
+def _servers(root: str, flush: str, conf: dict[str, str] | None = None) -> Iterator[bl.Server]:
+    """pyrmq standalone; conf: broker.conf settings."""
+    with bl.standalone(root, flush, conf=conf) as srv:
+        shown = "".join(f" {k}={v}" for k, v in (conf or {}).items())
+        log(f"pyrmq standalone {flush}{shown}: broker {srv.broker}, pid {srv.pid}")
         yield srv
 
 

@@ -49,7 +49,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import platform
 import statistics
 import sys
@@ -90,11 +89,9 @@ def run(
         psrv = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH"))
         polled = None
         if busy_poll_us:
-            confdir = stack.enter_context(tempfile.TemporaryDirectory(dir=root))
-            conf = os.path.join(confdir, "broker.conf")
-            with open(conf, "w") as f:
-                f.write(f"eventLoopBusyPollUs={busy_poll_us}\n")
-            polled = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH", ("-c", conf)))
+            polled = stack.enter_context(
+                bl.standalone(root, "ASYNC_FLUSH", conf={"eventLoopBusyPollUs": busy_poll_us})
+            )
         rsrv = stack.enter_context(_servers.redis_server(root, "everysec"))
         log(f"duel: pyrmq pid {psrv.pid}, {rsrv.version} pid {rsrv.pid}")
         #: each system's server process, whose CPU time a send is charged

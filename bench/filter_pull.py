@@ -83,32 +83,29 @@ def run(out: pathlib.Path, messages: int, rounds: int, body: int) -> dict[str, A
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
     cases = list(CASES)
-    with tempfile.TemporaryDirectory() as d:
-        conf = pathlib.Path(d) / "broker.conf"
-        conf.write_text("enablePropertyFilter=true\n")
-        with bl.standalone(d, extra=("-c", str(conf))) as srv:
-            bl.create_topic(srv.broker, TOPIC, QUEUES)
-            bl.wait_route(srv.namesrv, TOPIC)
-            asyncio.run(_fill(srv.namesrv, messages, body))
-            # every message in its ConsumeQueue before the first case starts
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                with bl.BlockingClient(srv.broker) as c:
-                    if sum(bl.max_offsets(c, TOPIC, QUEUES)) >= messages:
-                        break
-                time.sleep(0.2)
-            else:
-                raise RuntimeError("the backlog never reached the ConsumeQueues")
-            for n in range(rounds):
-                for case in cases if n % 2 == 0 else cases[::-1]:
-                    want = round(messages * CASES[case][2])
-                    b0 = srv.cpu_s()
-                    s = consume(srv.namesrv, case, want, n)
-                    s["broker_cpu_s"] = srv.cpu_s() - b0
-                    if s["messages"] != want:
-                        raise RuntimeError(f"{case}: consumed {s['messages']} of {want}")
-                    runs[case].append(s)
-                    print(f"{case}: {s['messages']:,} in {s['seconds']:.2f} s", file=sys.stderr)
+    with bl.standalone(tempfile.gettempdir(), conf={"enablePropertyFilter": "true"}) as srv:
+        bl.create_topic(srv.broker, TOPIC, QUEUES)
+        bl.wait_route(srv.namesrv, TOPIC)
+        asyncio.run(_fill(srv.namesrv, messages, body))
+        # every message in its ConsumeQueue before the first case starts
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with bl.BlockingClient(srv.broker) as c:
+                if sum(bl.max_offsets(c, TOPIC, QUEUES)) >= messages:
+                    break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("the backlog never reached the ConsumeQueues")
+        for n in range(rounds):
+            for case in cases if n % 2 == 0 else cases[::-1]:
+                want = round(messages * CASES[case][2])
+                b0 = srv.cpu_s()
+                s = consume(srv.namesrv, case, want, n)
+                s["broker_cpu_s"] = srv.cpu_s() - b0
+                if s["messages"] != want:
+                    raise RuntimeError(f"{case}: consumed {s['messages']} of {want}")
+                runs[case].append(s)
+                print(f"{case}: {s['messages']:,} in {s['seconds']:.2f} s", file=sys.stderr)
     rows: dict[str, dict[str, Any]] = {}
     for case, rs in runs.items():
         rows[case] = {

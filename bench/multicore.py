@@ -91,18 +91,14 @@ def one_run(
     root: str, setup: tuple[str, set[int] | None, set[int] | None, int], seconds: float, window: int
 ) -> dict[str, Any]:
     name, broker_cpus, gen_cpus, threads = setup
-    with tempfile.TemporaryDirectory(dir=root) as d:
-        conf = os.path.join(d, "broker.conf")
-        with open(conf, "w") as f:
-            f.write(f"sendMessageThreadPoolNums={threads}\n")
-        with bl.standalone(root, "ASYNC_FLUSH", ("-c", conf)) as srv:
-            if broker_cpus is not None:
-                _pin(srv.pid, broker_cpus)
-            topic = "BenchMulticore"
-            bl.create_topic(srv.broker, topic, 8)
-            with _generator_on(gen_cpus):
-                r = pl.send_load(srv, topic, 8, 128, 2, 4, window, 1.0, seconds)
-            served, on_threads = _served_on_threads(srv.broker)
+    with bl.standalone(root, "ASYNC_FLUSH", conf={"sendMessageThreadPoolNums": threads}) as srv:
+        if broker_cpus is not None:
+            _pin(srv.pid, broker_cpus)
+        topic = "BenchMulticore"
+        bl.create_topic(srv.broker, topic, 8)
+        with _generator_on(gen_cpus):
+            r = pl.send_load(srv, topic, 8, 128, 2, 4, window, 1.0, seconds)
+        served, on_threads = _served_on_threads(srv.broker)
     return {
         "setup": name,
         "msgs_per_s": r["msgs_per_s"],

@@ -153,9 +153,7 @@ def run(
             if name == "metrics":
                 port = free_port()
                 conf = {**conf, "metricsPromExporterPort": port}
-            path = pathlib.Path(d) / f"{name}.conf"
-            path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
-            srvs[name] = stack.enter_context(bl.standalone(d, extra=("-c", str(path))))
+            srvs[name] = stack.enter_context(bl.standalone(d, conf=conf))
             if name == "metrics":
                 scraper = stack.enter_context(Scraper(port))
             bl.create_topic(srvs[name].broker, TOPIC, QUEUES)
