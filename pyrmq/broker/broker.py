@@ -106,8 +106,8 @@ class Broker:
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
         #: the selector of the loop the broker runs on, when it can busy poll
-        #: (eventLoopBusyPollUs; found at start)
-        self._busy_poll: BusyPollSelector | None = None
+        #: (eventLoopBusyPollUs, pyrmq/broker/busy_poll.py; found at start)
+        self.busy_poll_selector: BusyPollSelector | None = None
         #: master or slave, replication, controller mode's role changes
         self.roles = BrokerRoles(self)
         #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
@@ -567,21 +567,15 @@ class Broker:
         )
         rc.bind("brokerFastFailureEnable", (sp, "fast_failure"))
         rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
-        if self._busy_poll is not None:
-            rc.bind("eventLoopBusyPollUs", (self._busy_poll, "max_us"))
+        if self.busy_poll_selector is not None:
+            rc.bind("eventLoopBusyPollUs", (self.busy_poll_selector, "max_us"))
         return rc
 
-    @property
-    def busy_poll_selector(self) -> BusyPollSelector | None:
-        """The selector of the loop the broker runs on, when it can busy
-        poll (pyrmq/broker/busy_poll.py)."""
-        return self._busy_poll
-
     def _start_busy_poll(self) -> None:
-        self._busy_poll = busy_poll.selector_of(asyncio.get_running_loop())
+        selector = self.busy_poll_selector = busy_poll.selector_of(asyncio.get_running_loop())
         us = self.config.event_loop_busy_poll_us
-        if self._busy_poll is not None:
-            self._busy_poll.max_us = us
+        if selector is not None:
+            selector.max_us = us
             if us:
                 log.info(
                     "event loop: polls for up to %d µs before it sleeps (eventLoopBusyPollUs)", us
@@ -684,7 +678,7 @@ class Broker:
             "sendFastPathServedOnThreads": fast.served_on_lanes if fast else 0,
             "connections": len(self.server.connections) if self.server else 0,
             # pyrmq: eventLoopBusyPoll* when the loop can poll (busy_poll.py)
-            **busy_poll.status(self._busy_poll),
+            **busy_poll.status(self.busy_poll_selector),
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
             # RocketMQ's keys, as mqadmin brokerStatus and the dashboards
@@ -700,8 +694,8 @@ class Broker:
         }
 
     async def shutdown(self) -> None:
-        if self._busy_poll is not None:
-            self._busy_poll.max_us = 0  # the loop may run on after the broker
+        if self.busy_poll_selector is not None:
+            self.busy_poll_selector.max_us = 0  # the loop may run on after the broker
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

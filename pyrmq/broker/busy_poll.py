@@ -23,6 +23,12 @@ the windows polled, is counted (`spun_s`, and eventLoopBusyPoll* in the
 broker's runtime info) and left out of the loop's busy share as LoopSlice
 reads it.
 
+The poll runs here in Python, holding the GIL between its epoll_wait(0)
+calls as any busy loop does; the broker's other Python threads (the store's
+I/O executor, the metrics exporter) wait at most a window for it. A loop in
+C with the GIL released, on the selector's fileno(), would free them for
+the whole window: the next step if a window is ever wanted longer.
+
 Only loops made by new_event_loop() poll (`pyrmq broker` and `pyrmq
 standalone` run on one): the Broker finds its loop's selector with
 selector_of() and sets `max_us` from broker.conf at start and from
