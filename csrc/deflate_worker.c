@@ -54,7 +54,7 @@ int rmq_deflate_worker_open(rmq_deflate_worker **out, int level, size_t max_pend
         return -ENOMEM;
     w->max_pending = max_pending;
     rmq_deflater_init(&w->d, level, 8); /* the level was checked above */
-    rc = rmq_lanes_open(&w->lanes, 1, compress_job, w);
+    rc = rmq_lanes_open(&w->lanes, 1, "Deflate", compress_job, w);
     if (rc != RMQ_OK) {
         rmq_deflater_end(&w->d);
         free(w);

@@ -10,6 +10,7 @@
 
 #include "rmq_errors.h"
 #include "store_internal.h"
+#include "thread_name.h"
 
 /* A failed build is tried again after this long, woken or not. */
 #define RETRY_MS 1000
@@ -64,6 +65,8 @@ static void *index_thread_main(void *arg) {
     rmq_store_t *s = arg;
     rmq_index_thread_t *t = &s->index_thread;
     int failed = 0;
+    /* RocketMQ's dispatcher that does this is CommitLogDispatcherBuildIndex */
+    (void)rmq_name_thread("BuildIndex");
     pthread_mutex_lock(&t->lock);
     while (!t->stop) {
         wait_for_work(t, failed);

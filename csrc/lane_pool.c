@@ -3,16 +3,22 @@
  * order). A thread takes the queue's head under the lock, serves it without
  * the lock, and appends it to the done list under the lock; the eventfd is
  * written when the done list goes from empty to not. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strnlen */
+#endif
 #include "lane_pool.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "rmq_errors.h"
+#include "thread_name.h"
 
 struct rmq_lanes {
     pthread_mutex_t lock;
@@ -23,6 +29,7 @@ struct rmq_lanes {
     int stop;
     int threads;
     pid_t pid;
+    char name[RMQ_LANES_NAME_MAX + 1];
     rmq_lane_job *qhead, *qtail, *dhead, *dtail;
     size_t pending;
     pthread_t tids[];
@@ -39,8 +46,11 @@ static void *lane_main(void *arg)
     rmq_lanes *p = a.p;
     rmq_lane_job *job;
     uint64_t one = 1;
+    char name[RMQ_THREAD_NAME_MAX + 1];
 
     free(arg);
+    snprintf(name, sizeof name, "%s_%d", p->name, a.lane);
+    (void)rmq_name_thread(name);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stop && p->qhead == NULL)
@@ -70,19 +80,25 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
-int rmq_lanes_open(rmq_lanes **out, int threads, rmq_lane_serve_fn serve, void *ctx)
+int rmq_lanes_open(rmq_lanes **out, int threads, const char *name, rmq_lane_serve_fn serve,
+                   void *ctx)
 {
     rmq_lanes *p;
     int rc, i;
 
     *out = NULL;
-    if (threads < 1 || threads > 64 || serve == NULL)
+    if (threads < 1 || threads > 64 || serve == NULL || name == NULL)
         return RMQ_EBAD_ARG;
     p = calloc(1, sizeof *p + (size_t)threads * sizeof(pthread_t));
     if (p == NULL)
         return -ENOMEM;
     p->serve = serve;
     p->ctx = ctx;
+    {
+        size_t n = strnlen(name, RMQ_LANES_NAME_MAX);
+        memcpy(p->name, name, n);
+        p->name[n] = '\0';
+    }
     p->pid = getpid();
     p->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->fd < 0) {

@@ -29,12 +29,19 @@ typedef struct rmq_lane_job {
 
 typedef struct rmq_lanes rmq_lanes;
 
+/* The most of a pool's name its threads show: with "_63" it fills the 15
+ * bytes Linux keeps of a thread's name. */
+#define RMQ_LANES_NAME_MAX 12
+
 /* serve(ctx, lane, job): runs on thread `lane`, without the GIL. */
 typedef void (*rmq_lane_serve_fn)(void *ctx, int lane, rmq_lane_job *job);
 
-/* A pool of `threads` (1..64) threads started: RMQ_OK, RMQ_EBAD_ARG, or a
- * negative errno (eventfd, pthread_create, memory). */
-int rmq_lanes_open(rmq_lanes **out, int threads, rmq_lane_serve_fn serve, void *ctx);
+/* A pool of `threads` (1..64) threads started, named "<name>_<lane>" as
+ * the OS shows them (thread_name.h; name cut to RMQ_LANES_NAME_MAX bytes):
+ * RMQ_OK, RMQ_EBAD_ARG, or a negative errno (eventfd, pthread_create,
+ * memory). */
+int rmq_lanes_open(rmq_lanes **out, int threads, const char *name, rmq_lane_serve_fn serve,
+                   void *ctx);
 
 /* Queue a job (never fails). */
 void rmq_lanes_submit(rmq_lanes *p, rmq_lane_job *job);

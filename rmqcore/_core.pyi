@@ -474,3 +474,8 @@ SCHED_SLICE_MIN_US: int
 SCHED_SLICE_MAX_US: int
 
 def sched_slice(slice_us: int) -> int: ...
+
+# The calling thread's name (csrc/thread_name.h)
+THREAD_NAME_MAX: int
+
+def name_thread(name: str) -> None: ...

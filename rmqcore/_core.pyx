@@ -15,6 +15,7 @@ from rmqcore.includes.message_store cimport *
 from rmqcore.includes.rmq_errors cimport *
 from rmqcore.includes.remoting_header cimport *
 from rmqcore.includes.sched_slice cimport *
+from rmqcore.includes.thread_name cimport *
 from rmqcore.includes.rmq_format cimport *
 from rmqcore.includes.zerocopy cimport *
 

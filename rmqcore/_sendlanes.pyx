@@ -56,7 +56,7 @@ cdef class SendLanes:
         self.ctx.scratch = <sp_scratch_t *>calloc(<size_t>threads, sizeof(sp_scratch_t))
         if self.ctx.scratch == NULL:
             raise MemoryError()
-        _raise_for(rmq_lanes_open(&self.pool, threads, _lane_serve, &self.ctx),
+        _raise_for(rmq_lanes_open(&self.pool, threads, b"SendMessage", _lane_serve, &self.ctx),
                    "cannot start the C send threads")
         self.threads = threads
         return 0

@@ -8,7 +8,8 @@ cdef extern from "lane_pool.h" nogil:
     ctypedef struct rmq_lanes:
         pass
     ctypedef void (*rmq_lane_serve_fn)(void *ctx, int lane, rmq_lane_job *job) noexcept nogil
-    int rmq_lanes_open(rmq_lanes **out, int threads, rmq_lane_serve_fn serve, void *ctx)
+    int rmq_lanes_open(rmq_lanes **out, int threads, const char *name, rmq_lane_serve_fn serve,
+                       void *ctx)
     void rmq_lanes_submit(rmq_lanes *p, rmq_lane_job *job)
     rmq_lane_job *rmq_lanes_done(rmq_lanes *p)
     size_t rmq_lanes_pending(rmq_lanes *p)
