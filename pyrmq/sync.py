@@ -32,6 +32,7 @@ from pyrmq.common.results import (
     TransactionSendResult,
 )
 from pyrmq.common.subscription import MessageSelector
+from pyrmq.common.threads import name_os_thread
 from pyrmq.consumer import pull_consumer as _pull
 from pyrmq.consumer import push_consumer as _push
 from pyrmq.producer import producer as _producer
@@ -72,6 +73,7 @@ class _LoopThread:
         ready = threading.Event()
 
         def run() -> None:
+            name_os_thread("pyrmq-loop")
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
             loop.run_forever()

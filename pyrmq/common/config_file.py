@@ -284,9 +284,9 @@ class JsonStateFile:
     @classmethod
     def _pool(cls) -> Any:
         if cls._executor is None:
-            from concurrent.futures import ThreadPoolExecutor
+            from pyrmq.common.threads import single_thread_executor
 
-            cls._executor = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-config")
+            cls._executor = single_thread_executor("pyrmq-config")
         return cls._executor
 
     def load(self, parse: Callable[[Any], T] | None = None) -> T | Any | None:

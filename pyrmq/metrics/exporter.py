@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrmq.common.errors import ClientError
+from pyrmq.common.threads import single_thread_executor
 from pyrmq.metrics.names import (
     BY_NAME,
     MESSAGE_SIZE_BUCKETS,
@@ -151,7 +152,7 @@ class PromExporter:
                 f"({e.strerror or e})"
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-metrics")
+        self._thread = single_thread_executor("pyrmq-metrics")
         log.info("metrics: Prometheus endpoint http://%s/metrics", self.addr)
 
     async def shutdown(self) -> None:

@@ -1,24 +1,36 @@
-"""IOExecutor: the store's only threads, one per job kind (flush, logics,
-allocate, index, clean), each FIFO. The C calls they run release the GIL."""
+"""IOExecutor: the store's Python threads, one per job kind (flush, logics,
+allocate, index, clean, open), each FIFO and each named for the OS after
+its job. The C calls they run release the GIL. (The index thread of
+messageIndexAsync is C's own: csrc/index_thread.c.)"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pyrmq.common.threads import single_thread_executor
+
 T = TypeVar("T")
 
-JOB_KINDS = ("flush-commitlog", "flush-logics", "allocate", "index", "clean", "open")
+#: job kind -> the name its thread shows as to the OS (pyrmq/common/threads.py):
+#: RocketMQ's service doing that job, where one does
+JOB_KINDS = {
+    "flush-commitlog": "FlushCommitLog",
+    "flush-logics": "FlushConsumeQ",
+    "allocate": "AllocateMapped",
+    "index": "BuildIndex",
+    "clean": "CleanCommitLog",
+    "open": "StoreOpen",
+}
 
 
 class IOExecutor:
     def __init__(self, name: str = "pyrmq-store") -> None:
         self._pools = {
-            kind: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{name}:{kind}")
-            for kind in JOB_KINDS
+            kind: single_thread_executor(f"{name}:{kind}", os_name)
+            for kind, os_name in JOB_KINDS.items()
         }
 
     def run(self, kind: str, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:

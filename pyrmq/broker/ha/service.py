@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import heapq
 import logging
@@ -21,6 +20,7 @@ from typing import Any
 
 from pyrmq.broker.ha import protocol
 from pyrmq.broker.ha.epoch import EpochFileCache, consistent_offset
+from pyrmq.common.threads import single_thread_executor
 from pyrmq.storage import MessageStore
 from pyrmq.storage.waiters import OffsetWaiters
 
@@ -84,7 +84,7 @@ class HAService:
         self.slave_ack_offset = 0
         self._server: asyncio.Server | None = None
         self._waiters = OffsetWaiters(sync_timeout, clock)
-        self._reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyrmq-ha")
+        self._reader = single_thread_executor("pyrmq-ha")
         self.refused = 0
 
     async def start(self) -> None:

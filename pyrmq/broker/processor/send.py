@@ -42,6 +42,7 @@ from pyrmq.common.errors import (
     StoreError,
     SystemBusyError,
 )
+from pyrmq.common.threads import single_thread_executor
 from pyrmq.common.topics import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -557,7 +558,7 @@ class SendMessageProcessor:
         """A large compressed batch is inflated on the inflate thread (zlib
         releases the GIL), not on the event loop; the put follows on the loop."""
         if self._inflater is None:
-            self._inflater = ThreadPoolExecutor(1, thread_name_prefix="pyrmq-inflate")
+            self._inflater = single_thread_executor("pyrmq-inflate")
         loop = asyncio.get_running_loop()
         body = await loop.run_in_executor(self._inflater, self._inflate, compressed)
         result = self._put_batch(cmd, conn, topic, queue_id, sysflag, born_ts, props, body)
