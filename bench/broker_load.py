@@ -88,6 +88,37 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+#: the name thread_cpu_s gives a process's first thread: a pyrmq server's event loop
+MAIN_THREAD = "event loop"
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """user + system CPU seconds of a process per thread name (what the
+    thread shows to the OS: pyrmq/common/threads.py), threads of one name
+    summed; the first thread is MAIN_THREAD. Threads that ended are not
+    counted."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name = MAIN_THREAD if tid == str(pid) else stat[stat.find("(") + 1 : stat.rfind(")")]
+            fields = stat.rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return out
+
+
+def cpu_by_thread_us(before: dict[str, float], after: dict[str, float],
+                     msgs: int) -> dict[str, float]:
+    """µs of CPU a message per thread name between two thread_cpu_s, the
+    largest first; names under 0.05 µs are left out."""
+    per = {name: (after[name] - before.get(name, 0.0)) / max(1, msgs) * 1e6 for name in after}
+    return {n: round(us, 2) for n, us in sorted(per.items(), key=lambda kv: -kv[1]) if us >= 0.05}
+
+
 @contextlib.contextmanager
 def _spawn(kind: str, cmd: list[str], workdir: str, timeout: float = 60.0) -> Iterator[Server]:
     ready = os.path.join(workdir, f"{kind}.ready.json")
@@ -475,9 +506,11 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.warmup)
         t0, n0, s0 = time.monotonic(), sum(counts), sum(max_offsets(c, args.topic, args.queues))
         cpu0, scpu0 = time.process_time(), proc_cpu_s(args.server_pid)
+        threads0 = thread_cpu_s(args.server_pid)
         time.sleep(args.seconds)
         t1, n1, s1 = time.monotonic(), sum(counts), sum(max_offsets(c, args.topic, args.queues))
         cpu1, scpu1 = time.process_time(), proc_cpu_s(args.server_pid)
+        threads1 = thread_cpu_s(args.server_pid)
         stop.set()
         for t in threads:
             t.join(15)
@@ -494,6 +527,7 @@ def _cpp_child(args: argparse.Namespace) -> dict[str, Any]:
         "client_cpu_us_per_msg": (cpu1 - cpu0) / max(1, server_msgs) * 1e6,
         "server_cpu_util": (scpu1 - scpu0) / secs,
         "server_cpu_us_per_msg": (scpu1 - scpu0) / max(1, server_msgs) * 1e6,
+        "server_cpu_us_per_msg_by_thread": cpu_by_thread_us(threads0, threads1, server_msgs),
     }
     # The measurement is complete: out before shutdown, where the C++ client
     # has been seen to abort (boost::thread_interrupted, SIGABRT).

@@ -297,7 +297,8 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
         rows.append(Row(
             "a", f"C++ client {call}, {p['threads']} threads, 128 B (counted at the server; "
             f"CPU/msg client {p['client_cpu_us_per_msg']:.0f} µs, server "
-            f"{p['server_cpu_us_per_msg']:.1f} µs vs {a['server_cpu_us_per_msg']:.1f} µs)",
+            f"{p['server_cpu_us_per_msg']:.1f} µs{_by_thread(p)} vs "
+            f"{a['server_cpu_us_per_msg']:.1f} µs)",
             f"{_n(p['server_msgs_per_s'])} msg/s",
             f"answer server {_n(a['server_msgs_per_s'])} msg/s", f"{ratio:.2f}",
             "≥ 0.8", _met(ratio >= 0.8, f"{ratio / 0.8:.2f}x target")))
@@ -400,6 +401,15 @@ def build_rows(tcp_MBps: float, cpp: dict[str, Any], sends: list[dict[str, Any]]
     for section, what, why in FAILED_ROWS:
         rows.append(Row(section, what, "FAILED", met=f"**FAILED: {why}**"))
     return rows
+
+
+def _by_thread(run: dict[str, Any]) -> str:
+    """' (event loop 21.9, BuildIndex 0.41, ...)': where a server's CPU a
+    message went, by thread name (bench.broker_load.thread_cpu_s)."""
+    split = run.get("server_cpu_us_per_msg_by_thread") or {}
+    if len(split) < 2:
+        return ""
+    return " (" + ", ".join(f"{name} {us:.2f}" for name, us in split.items()) + ")"
 
 
 def b_threads(*runs: dict[str, Any]) -> str:

@@ -18,3 +18,20 @@ def test_settle_store_puts_one_a_queue_and_waits_for_the_warming(tmp_path):
         assert srv.cpu_s() > cpu0
         with bl.BlockingClient(srv.broker) as c:
             assert bl.max_offsets(c, "SettleT", 4) == [1, 1, 1, 1]
+
+
+def test_thread_cpu_names_the_broker_threads_doing_the_work(tmp_path):
+    """bench.broker_load.thread_cpu_s: section a's split of the broker's CPU
+    a message by thread (the names of pyrmq/common/threads.py)."""
+    with bl.standalone(str(tmp_path), "ASYNC_FLUSH") as srv:
+        bl.create_topic(srv.broker, "SplitT", 4)
+        bl.wait_route(srv.namesrv, "SplitT")
+        before = bl.thread_cpu_s(srv.pid)
+        bl.settle_store(srv, "SplitT", 4, timeout=60.0)  # puts: the loop works
+        after = bl.thread_cpu_s(srv.pid)
+    assert {bl.MAIN_THREAD, "BuildIndex", "FlushCommitLog"} <= set(after), after
+    assert after[bl.MAIN_THREAD] > before[bl.MAIN_THREAD]
+    split = bl.cpu_by_thread_us(before, after, 4)
+    assert bl.MAIN_THREAD in split, split
+    assert list(split.values()) == sorted(split.values(), reverse=True), split  # largest first
+    assert all(us >= 0.05 for us in split.values()), split
