@@ -77,6 +77,15 @@ def test_naming_never_raises_in_an_executor() -> None:
         pool.shutdown()
 
 
+def test_the_blocking_facades_loop_thread_is_named() -> None:
+    import pyrmq.sync
+
+    async def where() -> str:
+        return own_os_name()
+
+    assert pyrmq.sync.run(where(), timeout=30) == "pyrmq-loop"
+
+
 def test_the_deflate_worker_thread_is_named() -> None:
     w = rmqcore.DeflateWorker(5, 4)  # its thread starts with the first body
     try:
