@@ -18,7 +18,9 @@ The setups, in this order every round:
   2-core machine runs it by default, the generator beside the broker).
 
 Printed per setup: the median msgs/s and broker CPU µs a message over the
-rounds, and the share of sends the C send threads served; then the
+rounds, that CPU split by thread name (the event loop, ``SendMessage_<n>``,
+``BuildIndex``...: bench.broker_load.thread_cpu_s), and the share of sends
+the C send threads served; then the
 median over rounds of each round's ratio of a setup to ``1 core`` and of
 the threads to the loop alone on the same CPUs (ratios taken within a
 round, so the machine's drift between rounds cancels). Needs at least 2
@@ -103,12 +105,23 @@ def one_run(
         "setup": name,
         "msgs_per_s": r["msgs_per_s"],
         "broker_us_per_msg": r["server_cpu_us_per_msg"],
+        "broker_us_per_msg_by_thread": r["server_cpu_us_per_msg_by_thread"],
         "broker_cpu_util": r["server_cpu_util"],
         "gen_cpu_util": r["gen_cpu_util"],
         "bad": r["bad"],
         "threads_share": on_threads / served if served else 0.0,
         "c_share": served / r["acked_total"] if r["acked_total"] else 0.0,
     }
+
+
+def _by_thread(rs: list[dict[str, Any]]) -> str:
+    """Each thread's median µs a message over the runs (0 where a run had
+    none of it), the largest first: which threads did the work."""
+    names = {n for r in rs for n in r["broker_us_per_msg_by_thread"]}
+    med = {n: statistics.median(r["broker_us_per_msg_by_thread"].get(n, 0.0) for r in rs)
+           for n in names}  # fmt: skip
+    return ", ".join(f"{n} {us:.2f}" for n, us in sorted(med.items(), key=lambda kv: -kv[1])
+                     if us >= 0.05)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,13 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         f"\n128 B SEND_MESSAGE, 2 x 4 connections x {args.window} outstanding, "
         f"{args.rounds} rounds of {args.seconds:.0f} s (medians)"
     )
-    print("| setup | msgs/s | broker CPU µs/msg | broker CPU | on C send threads |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| setup | msgs/s | broker CPU µs/msg | of which, by thread | broker CPU "
+        "| on C send threads |"
+    )
+    print("|---|---:|---:|---|---:|---:|")
     for name, *_ in SETUPS:
         rs = [r for r in runs if r["setup"] == name]
         print(
             f"| {name} | {statistics.median(r['msgs_per_s'] for r in rs):,.0f} | "
-            f"{statistics.median(r['broker_us_per_msg'] for r in rs):.2f} | "
+            f"{statistics.median(r['broker_us_per_msg'] for r in rs):.2f} | {_by_thread(rs)} | "
             f"{statistics.median(r['broker_cpu_util'] for r in rs):.0%} | "
             f"{statistics.median(r['threads_share'] for r in rs):.0%} |"
         )

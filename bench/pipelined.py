@@ -186,8 +186,10 @@ def send_load(
             t_start = kids.start()
             time.sleep(max(0.0, t_start + warmup - time.monotonic()))
             cpu0, w0 = server.cpu_s(), time.monotonic()
+            threads0 = bl.thread_cpu_s(server.pid)
             time.sleep(max(0.0, t_start + warmup + duration - time.monotonic()))
             cpu1, w1 = server.cpu_s(), time.monotonic()
+            threads1 = bl.thread_cpu_s(server.pid)
             results = kids.results(timeout=60)
         stored = sum(bl.max_offsets(c, topic, queues)) - before
     msgs = sum(r["msgs"] for r in results)
@@ -210,6 +212,9 @@ def send_load(
         "server_cpu_s": cpu1 - cpu0,
         "server_cpu_util": (cpu1 - cpu0) / (w1 - w0),
         "server_cpu_us_per_msg": (cpu1 - cpu0) / max(1, rate * (w1 - w0)) * 1e6,
+        "server_cpu_us_per_msg_by_thread": bl.cpu_by_thread_us(
+            threads0, threads1, round(rate * (w1 - w0))
+        ),
         "gen_cpu_util": sum(r["gen_cpu_s"] for r in results) / (w1 - w0),
     }
 
