@@ -137,6 +137,21 @@ def process_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def read_stat(path: str) -> tuple[str, list[str]]:
+    """A /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat: the command (or
+    thread) name, and the fields after it (state first). OSError when the
+    process or thread is gone."""
+    with open(path) as f:
+        stat = f.read()
+    head, _, rest = stat.rpartition(")")
+    return head[head.find("(") + 1 :], rest.split()
+
+
+def stat_cpu_s(fields: list[str]) -> float:
+    """user + system CPU seconds of read_stat's fields."""
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
 def group_stats(pgid: int) -> Iterator[list[str]]:
     """The /proc/<pid>/stat fields after the command name (state first) of
     every process in process group `pgid` (a server started with
@@ -145,8 +160,7 @@ def group_stats(pgid: int) -> Iterator[list[str]]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            _, fields = read_stat(f"/proc/{name}/stat")
         except OSError:
             continue
         if int(fields[2]) == pgid:
@@ -155,7 +169,7 @@ def group_stats(pgid: int) -> Iterator[list[str]]:
 
 def group_cpu_s(pgid: int) -> float:
     """user + system CPU seconds of every live process in process group `pgid`."""
-    return sum(int(f[11]) + int(f[12]) for f in group_stats(pgid)) / _CLK_TCK
+    return sum(stat_cpu_s(f) for f in group_stats(pgid))
 
 
 def pct(sorted_xs: list[float], p: float) -> float:

@@ -49,13 +49,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import rmqcore
-from bench._e2e import file_tail
+from bench._e2e import file_tail, read_stat, stat_cpu_s
 from pyrmq.remoting.command import FrameDecoder, RemotingCommand, decode_frame
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _U32 = struct.Struct(">I")
 OK_HEAD = b'{"code":0,'
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 PRODUCER_GROUP = "GID_BENCH_P"
 CONSUMER_GROUP = "GID_BENCH_C"
 
@@ -83,9 +82,7 @@ class Server:
 
 def proc_cpu_s(pid: int) -> float:
     """user + system CPU seconds of a process (all its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return stat_cpu_s(read_stat(f"/proc/{pid}/stat")[1])
 
 
 #: the name thread_cpu_s gives a process's first thread: a pyrmq server's event loop
@@ -101,13 +98,12 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     with contextlib.suppress(FileNotFoundError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    stat = f.read()
+                name, fields = read_stat(f"/proc/{pid}/task/{tid}/stat")
             except OSError:  # the thread ended meanwhile
                 continue
-            name = MAIN_THREAD if tid == str(pid) else stat[stat.find("(") + 1 : stat.rfind(")")]
-            fields = stat.rsplit(")", 1)[1].split()
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            if tid == str(pid):
+                name = MAIN_THREAD
+            out[name] = out.get(name, 0.0) + stat_cpu_s(fields)
     return out
 
 
@@ -117,6 +113,14 @@ def cpu_by_thread_us(before: dict[str, float], after: dict[str, float],
     largest first; names under 0.05 µs are left out."""
     per = {name: (after[name] - before.get(name, 0.0)) / max(1, msgs) * 1e6 for name in after}
     return {n: round(us, 2) for n, us in sorted(per.items(), key=lambda kv: -kv[1]) if us >= 0.05}
+
+
+def by_thread_text(split: Mapping[str, float]) -> str:
+    """'event loop 0.42, SendMessage_0 0.96, ...' of a split by thread
+    (cpu_by_thread_us, or medians of such), the largest first, names
+    under 0.05 µs left out."""
+    ranked = sorted(split.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {us:.2f}" for name, us in ranked if us >= 0.05)
 
 
 @contextlib.contextmanager

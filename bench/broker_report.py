@@ -407,9 +407,7 @@ def _by_thread(run: dict[str, Any]) -> str:
     """' (event loop 21.9, BuildIndex 0.41, ...)': where a server's CPU a
     message went, by thread name (bench.broker_load.thread_cpu_s)."""
     split = run.get("server_cpu_us_per_msg_by_thread") or {}
-    if len(split) < 2:
-        return ""
-    return " (" + ", ".join(f"{name} {us:.2f}" for name, us in split.items()) + ")"
+    return f" ({bl.by_thread_text(split)})" if len(split) > 1 else ""
 
 
 def b_threads(*runs: dict[str, Any]) -> str:

@@ -117,11 +117,9 @@ def one_run(
 def _by_thread(rs: list[dict[str, Any]]) -> str:
     """Each thread's median µs a message over the runs (0 where a run had
     none of it), the largest first: which threads did the work."""
-    names = {n for r in rs for n in r["broker_us_per_msg_by_thread"]}
-    med = {n: statistics.median(r["broker_us_per_msg_by_thread"].get(n, 0.0) for r in rs)
-           for n in names}  # fmt: skip
-    return ", ".join(f"{n} {us:.2f}" for n, us in sorted(med.items(), key=lambda kv: -kv[1])
-                     if us >= 0.05)  # fmt: skip
+    splits = [r["broker_us_per_msg_by_thread"] for r in rs]
+    names = {n for split in splits for n in split}
+    return bl.by_thread_text({n: statistics.median(s.get(n, 0.0) for s in splits) for n in names})
 
 
 def main(argv: list[str] | None = None) -> int:

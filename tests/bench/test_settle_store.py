@@ -48,3 +48,6 @@ def test_cpu_by_thread_is_per_message_and_largest_first():
         "New": 10.0,
     }
     assert list(bl.cpu_by_thread_us(before, after, 1000)) == ["event loop", "BuildIndex", "New"]
+    # as the reports print it: largest first, under 0.05 µs left out
+    split = {"BuildIndex": 0.32, "event loop": 21.5, "FlushCommitLog": 0.01}
+    assert bl.by_thread_text(split) == "event loop 21.50, BuildIndex 0.32"
