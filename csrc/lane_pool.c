@@ -3,9 +3,6 @@
  * order). A thread takes the queue's head under the lock, serves it without
  * the lock, and appends it to the done list under the lock; the eventfd is
  * written when the done list goes from empty to not. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* strnlen */
-#endif
 #include "lane_pool.h"
 
 #include <errno.h>
@@ -13,7 +10,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -94,11 +90,7 @@ int rmq_lanes_open(rmq_lanes **out, int threads, const char *name, rmq_lane_serv
         return -ENOMEM;
     p->serve = serve;
     p->ctx = ctx;
-    {
-        size_t n = strnlen(name, RMQ_LANES_NAME_MAX);
-        memcpy(p->name, name, n);
-        p->name[n] = '\0';
-    }
+    snprintf(p->name, sizeof p->name, "%s", name); /* cut to RMQ_LANES_NAME_MAX */
     p->pid = getpid();
     p->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->fd < 0) {

@@ -1,11 +1,8 @@
 /* The calling thread's name (thread_name.h). */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* strnlen */
-#endif
 #include "thread_name.h"
 
 #include <errno.h>
-#include <string.h>
+#include <stdio.h>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -14,9 +11,7 @@
 int rmq_name_thread(const char *name) {
 #ifdef __linux__
     char buf[RMQ_THREAD_NAME_MAX + 1];
-    size_t n = strnlen(name, RMQ_THREAD_NAME_MAX);
-    memcpy(buf, name, n);
-    buf[n] = '\0';
+    snprintf(buf, sizeof buf, "%s", name); /* cut to what Linux keeps */
     return prctl(PR_SET_NAME, buf, 0, 0, 0) == 0 ? 0 : -errno;
 #else
     (void)name;
