@@ -20,6 +20,7 @@ from typing import Any
 from pyrmq.broker import Broker, BrokerConfig, busy_poll, load_broker_conf
 from pyrmq.broker.loop_slice import LoopSlice
 from pyrmq.common.config_file import read_properties, write_json_atomic
+from pyrmq.common.threads import named_executor
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
@@ -437,7 +438,11 @@ def main(args: argparse.Namespace) -> int:
     }[args.cmd]
 
     async def serve() -> int:
-        asyncio.get_running_loop().set_exception_handler(AcceptErrorReporter())
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(AcceptErrorReporter())
+        # asyncio.to_thread and run_in_executor(None, ...) (the timer's file,
+        # ACL files, the store's close) on threads named for top -H as well
+        loop.set_default_executor(named_executor("asyncio", "pyrmq-asyncio"))
         return await run(args)
 
     # a loop on busy_poll's selector, which polls only once the broker's

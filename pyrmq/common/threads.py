@@ -27,9 +27,19 @@ def name_os_thread(name: str) -> None:
         log.debug("thread not named %r: %s", name, e)
 
 
-def single_thread_executor(name: str, os_name: str | None = None) -> ThreadPoolExecutor:
-    """A one-thread executor (jobs run in order) whose thread is `name` for
-    Python (``name_0``) and `os_name`, or `name`, for the OS."""
+def named_executor(
+    name: str, os_name: str | None = None, max_workers: int | None = None
+) -> ThreadPoolExecutor:
+    """A thread pool whose threads are ``name_<n>`` for Python and
+    `os_name`, or `name`, for the OS (max_workers None: Python's default)."""
     return ThreadPoolExecutor(
-        1, thread_name_prefix=name, initializer=name_os_thread, initargs=(os_name or name,)
+        max_workers,
+        thread_name_prefix=name,
+        initializer=name_os_thread,
+        initargs=(os_name or name,),
     )
+
+
+def single_thread_executor(name: str, os_name: str | None = None) -> ThreadPoolExecutor:
+    """A one-thread executor (jobs run in order), named as named_executor's."""
+    return named_executor(name, os_name, 1)
