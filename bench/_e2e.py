@@ -24,6 +24,7 @@ group, read from /proc).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import resource
@@ -148,13 +149,43 @@ def read_stat(path: str) -> tuple[str, list[str]]:
 
 
 def stat_cpu_s(fields: list[str]) -> float:
-    """user + system CPU seconds of read_stat's fields."""
+    """user + system CPU seconds of read_stat's fields (in clock ticks:
+    10 ms steps)."""
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
-def group_stats(pgid: int) -> Iterator[list[str]]:
-    """The /proc/<pid>/stat fields after the command name (state first) of
-    every process in process group `pgid` (a server started with
+def thread_cpu(pid: int, tid: str) -> tuple[str, float, float]:
+    """(name, CPU seconds in clock ticks, CPU seconds to the nanosecond) of
+    one thread: the second from its schedstat (the scheduler's run time),
+    or the ticks again where the kernel keeps none. OSError when gone."""
+    task = f"/proc/{pid}/task/{tid}"
+    name, fields = read_stat(f"{task}/stat")
+    ticks = stat_cpu_s(fields)
+    try:
+        with open(f"{task}/schedstat") as f:
+            return name, ticks, int(f.read().split()[0]) / 1e9
+    except FileNotFoundError:
+        return name, ticks, ticks
+
+
+def process_cpu_s_of(pid: int) -> float:
+    """user + system CPU seconds of a process, all its threads, to the
+    nanosecond for the live ones (a short window of a lightly loaded
+    server spends less than a clock tick) and in ticks for those that
+    ended (their time stays in the process's /proc stat)."""
+    total = stat_cpu_s(read_stat(f"/proc/{pid}/stat")[1])
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            _, ticks, exact = thread_cpu(pid, tid)
+        except OSError:  # ended meanwhile: its ticks are in the total
+            continue
+        total += exact - ticks
+    return total
+
+
+def group_stats(pgid: int) -> Iterator[tuple[int, list[str]]]:
+    """(pid, the /proc/<pid>/stat fields after the command name, state
+    first) of every process in process group `pgid` (a server started with
     start_new_session: its PID is its group)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -164,12 +195,17 @@ def group_stats(pgid: int) -> Iterator[list[str]]:
         except OSError:
             continue
         if int(fields[2]) == pgid:
-            yield fields
+            yield int(name), fields
 
 
 def group_cpu_s(pgid: int) -> float:
-    """user + system CPU seconds of every live process in process group `pgid`."""
-    return sum(stat_cpu_s(f) for f in group_stats(pgid))
+    """user + system CPU seconds of every live process in process group
+    `pgid` (process_cpu_s_of each)."""
+    total = 0.0
+    for pid, _ in group_stats(pgid):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            total += process_cpu_s_of(pid)
+    return total
 
 
 def pct(sorted_xs: list[float], p: float) -> float:

@@ -49,7 +49,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import rmqcore
-from bench._e2e import file_tail, read_stat, stat_cpu_s
+from bench._e2e import file_tail, process_cpu_s_of, thread_cpu
 from pyrmq.remoting.command import FrameDecoder, RemotingCommand, decode_frame
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,8 +81,9 @@ class Server:
 
 
 def proc_cpu_s(pid: int) -> float:
-    """user + system CPU seconds of a process (all its threads)."""
-    return stat_cpu_s(read_stat(f"/proc/{pid}/stat")[1])
+    """user + system CPU seconds of a process (all its threads; to the
+    nanosecond: bench._e2e.process_cpu_s_of)."""
+    return process_cpu_s_of(pid)
 
 
 #: the name thread_cpu_s gives a process's first thread: a pyrmq server's event loop
@@ -98,12 +99,12 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     with contextlib.suppress(FileNotFoundError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                name, fields = read_stat(f"/proc/{pid}/task/{tid}/stat")
+                name, _, exact = thread_cpu(pid, tid)
             except OSError:  # the thread ended meanwhile
                 continue
             if tid == str(pid):
                 name = MAIN_THREAD
-            out[name] = out.get(name, 0.0) + stat_cpu_s(fields)
+            out[name] = out.get(name, 0.0) + exact
     return out
 
 

@@ -111,7 +111,7 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any process of group `pgid` is alive (zombies excluded)."""
-    return any(f[0] != "Z" for f in group_stats(pgid))
+    return any(f[0] != "Z" for _, f in group_stats(pgid))
 
 
 def _wait(
