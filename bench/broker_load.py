@@ -99,12 +99,12 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     with contextlib.suppress(FileNotFoundError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                name, _, exact = thread_cpu(pid, tid)
+                name, cpu = thread_cpu(pid, tid)
             except OSError:  # the thread ended meanwhile
                 continue
             if tid == str(pid):
                 name = MAIN_THREAD
-            out[name] = out.get(name, 0.0) + exact
+            out[name] = out.get(name, 0.0) + cpu
     return out
 
 
