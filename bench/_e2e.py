@@ -32,6 +32,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
+from pyrmq.testing.procs import read_stat
+
 MIB = 1 << 20
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -136,16 +138,6 @@ def process_cpu_s() -> float:
     """user + system CPU seconds of this process (all its threads)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def read_stat(path: str) -> tuple[str, list[str]]:
-    """A /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat: the command (or
-    thread) name, and the fields after it (state first). OSError when the
-    process or thread is gone."""
-    with open(path) as f:
-        stat = f.read()
-    head, _, rest = stat.rpartition(")")
-    return head[head.find("(") + 1 :], rest.split()
 
 
 def stat_cpu_s(fields: list[str]) -> float:

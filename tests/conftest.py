@@ -1,5 +1,5 @@
-"""Shared fixtures: small stores in tmp_path, test certificates, and a leak
-check on mapped files.
+"""Shared fixtures: small stores in tmp_path, test certificates, and leak
+checks: mapped files after each test, servers after each module.
 
 A test run stopped with SIGTERM (CI's timeout, an operator) stops as on
 Ctrl-C, so the servers its tests started are ended by the atexit handler of
@@ -19,6 +19,7 @@ import pytest
 import rmqcore
 from pyrmq.storage import MessageStoreConfig
 from pyrmq.testing.certs import CertFiles, make_test_certs, openssl_available
+from pyrmq.testing.procs import pyrmq_children
 
 
 def small_config(root: str, **kw: object) -> MessageStoreConfig:
@@ -89,3 +90,22 @@ def no_leaked_mapped_files() -> Iterator[None]:
     yield
     gc.collect()
     assert rmqcore.live_mapped_files() <= before, "a test left mapped files open"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaked_servers() -> Iterator[None]:
+    """Every `python -m pyrmq` process a module's tests and fixtures started
+    has ended when the module's fixtures are torn down (this fixture is the
+    module's first, so it is torn down last). One left running is ended here,
+    by its PID, and named in the error: it runs in a session of its own, so
+    nothing else would stop it before the whole run ends, and a run killed
+    outright would leave it behind for good."""
+    before = pyrmq_children()
+    yield
+    left = {pid: argv for pid, argv in pyrmq_children().items() if pid not in before}
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, "servers left running by this module (now killed): " + "; ".join(
+        f"{pid}: {' '.join(argv)}" for pid, argv in left.items()
+    )
