@@ -108,6 +108,8 @@ class Broker:
         #: the selector of the loop the broker runs on, when it can busy poll
         #: (eventLoopBusyPollUs, pyrmq/broker/busy_poll.py; found at start)
         self.busy_poll_selector: BusyPollSelector | None = None
+        #: "asyncio" or "uvloop": the event loop the broker runs on (found at start)
+        self.event_loop = ""
         #: master or slave, replication, controller mode's role changes
         self.roles = BrokerRoles(self)
         #: aclEnable=true: the check of every request (pyrmq/acl/validator.py)
@@ -569,10 +571,18 @@ class Broker:
         rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
         if self.busy_poll_selector is not None:
             rc.bind("eventLoopBusyPollUs", (self.busy_poll_selector, "max_us"))
+        elif self.event_loop == "uvloop":
+            rc.refuse(
+                "eventLoopBusyPollUs",
+                "this broker runs on uvloop, which cannot poll; start it with "
+                "--event-loop asyncio, or with eventLoopBusyPollUs set in broker.conf",
+            )
         return rc
 
     def _start_busy_poll(self) -> None:
-        selector = self.busy_poll_selector = busy_poll.selector_of(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.event_loop = type(loop).__module__.partition(".")[0]
+        selector = self.busy_poll_selector = busy_poll.selector_of(loop)
         us = self.config.event_loop_busy_poll_us
         if selector is not None:
             selector.max_us = us
@@ -582,7 +592,10 @@ class Broker:
                 )
         elif us:
             log.warning(
-                "eventLoopBusyPollUs=%d: this broker's event loop cannot poll (embedded)", us
+                "eventLoopBusyPollUs=%d: this broker's event loop (%s, not pyrmq's own) "
+                "cannot poll",
+                us,
+                self.event_loop,
             )
 
     def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
@@ -677,7 +690,9 @@ class Broker:
             "sendFastPathServed": fast.served if (fast := self.send_processor.fast) else 0,
             "sendFastPathServedOnThreads": fast.served_on_lanes if fast else 0,
             "connections": len(self.server.connections) if self.server else 0,
-            # pyrmq: eventLoopBusyPoll* when the loop can poll (busy_poll.py)
+            # pyrmq: the event loop (asyncio, uvloop: pyrmq broker --event-loop),
+            # and eventLoopBusyPoll* when it can poll (busy_poll.py)
+            "eventLoop": self.event_loop,
             **busy_poll.status(self.busy_poll_selector),
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,

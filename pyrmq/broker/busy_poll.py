@@ -29,11 +29,14 @@ I/O executor, the metrics exporter) wait at most a window for it. A loop in
 C with the GIL released, on the selector's fileno(), would free them for
 the whole window: the next step if a window is ever wanted longer.
 
-Only loops made by new_event_loop() poll (`pyrmq broker` and `pyrmq
-standalone` run on one): the Broker finds its loop's selector with
+Only loops made by new_event_loop() poll. `pyrmq broker` and `pyrmq
+standalone` run on one when broker.conf sets eventLoopBusyPollUs or the
+command line asks for it (`--event-loop asyncio`), and on uvloop otherwise
+(pyrmq.serve.loop_factory). The Broker finds its loop's selector with
 selector_of() and sets `max_us` from broker.conf at start and from
-updateBrokerConfig while it runs. On any other loop, an embedded broker's,
-the setting does nothing."""
+updateBrokerConfig while it runs. On any other loop, uvloop or an embedded
+broker's, the setting does nothing: uvloop's broker refuses the update,
+an embedded one logs a warning."""
 
 from __future__ import annotations
 
