@@ -31,7 +31,7 @@ from pyrmq.remoting import TlsConfig
 log = logging.getLogger("pyrmq")
 
 #: --event-loop's choices
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+EVENT_LOOPS = ("asyncio", "uvloop")
 
 
 def add_arguments(sub: Any) -> None:
@@ -198,10 +198,10 @@ def _add_event_loop_argument(parser: Any) -> None:
     parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
-        default="auto",
-        help="the process's event loop: uvloop, or asyncio's own (which eventLoopBusyPollUs "
-        "needs); auto (the default): uvloop when it is installed and broker.conf does not "
-        "set eventLoopBusyPollUs",
+        default="asyncio",
+        help="the process's event loop: asyncio's own (the default; eventLoopBusyPollUs "
+        "needs it), or uvloop (pip install uvloop): less CPU a request, but a broker out "
+        "of file descriptors then drops new connections without reporting it",
     )
 
 
@@ -219,28 +219,28 @@ def _busy_poll_us(args: argparse.Namespace) -> int:
 
 
 def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
-    """The event loop a server command runs on (--event-loop). uvloop
-    takes about a tenth off the broker's CPU a request and off a lone
-    send's round trip (bench/README.md, "uvloop under the broker, a third
-    time"); busy polling needs asyncio's loop, on busy_poll's selector."""
-    choice = getattr(args, "event_loop", "auto")
-    polls = _busy_poll_us(args) > 0
-    if choice == "asyncio" or (choice == "auto" and polls):
+    """The event loop a server command runs on (--event-loop).
+
+    uvloop takes about a tenth off the broker's CPU a request and off a
+    lone send's round trip (bench/README.md, "uvloop under the broker, a
+    third time"), but it is not the default: when accept() fails for want
+    of file descriptors, libuv accepts the connection on a reserved
+    descriptor and closes it, so the broker cannot report that it turns
+    clients away (asyncio's loop tells it; AcceptErrorReporter). Busy
+    polling needs asyncio's loop, on busy_poll's selector."""
+    if getattr(args, "event_loop", "asyncio") != "uvloop":
         return busy_poll.new_event_loop
+    if _busy_poll_us(args) > 0:
+        raise ClientError(
+            "eventLoopBusyPollUs needs asyncio's event loop: drop --event-loop uvloop, or "
+            "set eventLoopBusyPollUs=0"
+        )
     try:
         import uvloop
     except ImportError:
-        if choice == "uvloop":
-            raise ClientError(
-                "--event-loop uvloop: uvloop is not installed (pip install uvloop, or "
-                "use --event-loop asyncio)"
-            ) from None
-        return busy_poll.new_event_loop
-    if polls:
         raise ClientError(
-            "eventLoopBusyPollUs needs asyncio's event loop: use --event-loop asyncio (or "
-            "auto), or set eventLoopBusyPollUs=0"
-        )
+            "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
+        ) from None
     return uvloop.new_event_loop
 
 

@@ -200,9 +200,6 @@ def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> N
         "metricsPromExporterPort": 0,
     }
     server = StandaloneProcess(tmp_path, {**SMALL_STORE, **metrics})
-    # polling off at start and turned on at runtime: asyncio's loop asked
-    # for (by default the standalone runs on uvloop, which cannot poll)
-    server.args += ["--event-loop", "asyncio"]
     server.start()
     try:
         off, on = asyncio.run(_off_then_on(server))
