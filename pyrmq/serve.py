@@ -206,16 +206,11 @@ def _add_event_loop_argument(parser: Any) -> None:
 
 
 def _busy_poll_us(args: argparse.Namespace) -> int:
-    """eventLoopBusyPollUs as a broker's or standalone's -c file sets it; 0
-    when unset or not a number (the broker's own check of the file then
-    names the mistake)."""
+    """eventLoopBusyPollUs as a broker's or standalone's -c file sets it
+    (parsed and checked as the broker will: a bad value is one CLI line)."""
     if args.cmd not in ("broker", "standalone") or not args.config:
         return 0
-    value = read_properties(args.config).get("eventLoopBusyPollUs", "0")
-    try:
-        return int(value)
-    except ValueError:
-        return 0
+    return BrokerConfig.from_properties(read_properties(args.config)).event_loop_busy_poll_us
 
 
 def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
