@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
-from pyrmq.testing.procs import read_stat
+from pyrmq.testing.procs import process_stats, read_stat
 
 MIB = 1 << 20
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -176,15 +176,7 @@ def group_stats(pgid: int) -> Iterator[tuple[int, list[str]]]:
     """(pid, the /proc/<pid>/stat fields after the command name, state
     first) of every process in process group `pgid` (a server started with
     start_new_session: its PID is its group)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            _, fields = read_stat(f"/proc/{name}/stat")
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            yield int(name), fields
+    return ((pid, f) for pid, f in process_stats() if int(f[2]) == pgid)
 
 
 def group_cpu_s(pgid: int) -> float:

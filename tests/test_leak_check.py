@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from pyrmq.testing.cluster import ServerProcess
-from pyrmq.testing.procs import is_pyrmq_command, pyrmq_children
+from pyrmq.testing.procs import argv_of, is_pyrmq_command, pyrmq_children, read_stat
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_starts_a_name_server_and_forgets_it(tmp_path: pathlib.Path) -> None:
 
 def _state(pid: int) -> str:
     try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        return read_stat(f"/proc/{pid}/stat")[1][0]
     except FileNotFoundError:
         return "gone"
 
@@ -93,7 +93,5 @@ def test_a_module_that_leaves_a_server_running_errors_and_the_server_ends(
         # ended by the check (nothing else knew it): gone, or a zombie of init's
         assert _state(pid) in ("gone", "Z"), _state(pid)
     finally:
-        if _state(pid) not in ("gone", "Z") and "pyrmq" in pathlib.Path(
-            f"/proc/{pid}/cmdline"
-        ).read_text(errors="replace"):
+        if _state(pid) not in ("gone", "Z") and is_pyrmq_command(argv_of(pid)):
             os.kill(pid, signal.SIGKILL)

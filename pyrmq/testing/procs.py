@@ -26,14 +26,16 @@ def read_stat(path: str) -> tuple[str, list[str]]:
     return head[head.find("(") + 1 :], rest.split()
 
 
-def _argv(pid: int) -> list[str]:
+def argv_of(pid: int) -> list[str]:
+    """A process's command line (/proc/<pid>/cmdline). OSError when it is gone."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
 
 
-def live_children(parent: int) -> Iterator[tuple[int, list[str]]]:
-    """(pid, argv) of every process whose parent is `parent` and that has
-    not exited (zombies left out). Nothing where there is no /proc."""
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, read_stat's fields: state, parent PID, process group, ...) of
+    every process; those that end meanwhile are left out. Nothing where
+    there is no /proc."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -41,13 +43,22 @@ def live_children(parent: int) -> Iterator[tuple[int, list[str]]]:
     for name in names:
         if not name.isdigit():
             continue
-        pid = int(name)
         try:
-            _, fields = read_stat(f"/proc/{pid}/stat")
-            if int(fields[1]) != parent or fields[0] in ("Z", "X"):
-                continue
-            argv = _argv(pid)
-        except (OSError, ValueError, IndexError):  # gone meanwhile
+            _, fields = read_stat(f"/proc/{name}/stat")
+        except OSError:
+            continue
+        yield int(name), fields
+
+
+def live_children(parent: int) -> Iterator[tuple[int, list[str]]]:
+    """(pid, argv) of every process whose parent is `parent` and that has
+    not exited (zombies left out)."""
+    for pid, fields in process_stats():
+        if int(fields[1]) != parent or fields[0] in ("Z", "X"):
+            continue
+        try:
+            argv = argv_of(pid)
+        except OSError:  # gone meanwhile
             continue
         yield pid, argv
 
