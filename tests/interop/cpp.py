@@ -26,7 +26,7 @@ from rocketmq.client import (
     SendResult,
     SendStatus,
 )
-from rocketmq.exceptions import ffi_check
+from rocketmq.exceptions import ProducerSendOrderlyFailed, ffi_check
 from rocketmq.ffi import MessageModel, _CConsumeStatus, _CMessageQueue, _CPullStatus, dll
 
 __all__ = [
@@ -350,8 +350,30 @@ class Clients:
 
 
 def send_to_queue(producer: Producer, msg: Message, queue: int) -> SendResult:
-    """send_orderly with the wheel's default selector: queue = arg % number of queues."""
+    """send_orderly with the wheel's default selector: queue = arg % number of queues.
+
+    A producer's first send to a broker can fail inside the client before any byte is
+    written: the wheel's library (rocketmq-client-cpp 2.0) has
+    ``TcpRemotingClient::CreateTransport`` return no transport at all while another thread
+    of the same client is still connecting to that address (its heartbeat, right after the
+    send fetched the route), and ``sendAutoRetrySelectImpl`` then gives up with "No route
+    info of this topic" within microseconds. Only that failure, when it comes faster than
+    any broker answer could (well under the 3-s send timeout), is tried again, at most
+    twice; a broker that is slow or refuses still fails the send."""
+    for _ in range(2):
+        started = time.monotonic()
+        try:
+            return producer.send_orderly(msg, queue)
+        except ProducerSendOrderlyFailed as exc:
+            fast = time.monotonic() - started < _CLIENT_RACE_S
+            if not fast or "No route info" not in str(exc):
+                raise
+            time.sleep(0.05)  # the other thread's connect completes in well under this
     return producer.send_orderly(msg, queue)
+
+
+# How quickly the client's own connect race fails a send: no request has gone out then.
+_CLIENT_RACE_S = 0.5
 
 
 def settle(
