@@ -27,6 +27,7 @@ from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
 from pyrmq.namesrv.config import NamesrvRuntimeConfig
 from pyrmq.remoting import TlsConfig
+from pyrmq.remoting.server import ACCEPT_ERROR_MESSAGE
 
 log = logging.getLogger("pyrmq")
 
@@ -447,15 +448,15 @@ async def run_standalone(args: argparse.Namespace) -> int:
 
 #: seconds between two reports of connections that could not be accepted
 ACCEPT_ERROR_REPORT_INTERVAL = 10.0
-_ACCEPT_ERROR = "socket.accept() out of system resource"
 
 
 class AcceptErrorReporter:
     """The servers' loop exception handler. Out of file descriptors
-    (EMFILE), asyncio reports a failed accept() once per backlog slot, each
-    with a traceback: over a thousand a second for as long as the limit
-    lasts. This reports it once per interval, with the count and the limit;
-    every other error goes to the default handler."""
+    (EMFILE), asyncio's loop reports a failed accept() once per backlog
+    slot, each with a traceback: over a thousand a second for as long as
+    the limit lasts (RemotingServer's own accept loop, on uvloop, once a
+    second). This reports it once per interval, with the count and the
+    limit; every other error goes to the default handler."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -463,7 +464,7 @@ class AcceptErrorReporter:
         self._count = 0
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") != _ACCEPT_ERROR:
+        if context.get("message") != ACCEPT_ERROR_MESSAGE:
             loop.default_exception_handler(context)
             return
         self._count += 1
@@ -493,6 +494,7 @@ def main(args: argparse.Namespace) -> int:
 
     async def serve() -> int:
         loop = asyncio.get_running_loop()
+        log.info("event loop: %s", type(loop).__module__.partition(".")[0])
         loop.set_exception_handler(AcceptErrorReporter())
         # asyncio.to_thread and run_in_executor(None, ...) (the timer's file,
         # ACL files, the store's close) on threads named for top -H as well

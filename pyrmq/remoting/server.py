@@ -7,7 +7,15 @@ transport (RocketMQ's HandshakeHandler): 0x16 starts a TLS handshake,
 anything else is a plain connection, served in permissive mode and closed
 in enforcing mode. The wait for that byte and the handshake share one
 deadline (tls.server.handshakeTimeoutMs), so a client that connects and
-says nothing, or stops inside its ClientHello, holds a socket no longer."""
+says nothing, or stops inside its ClientHello, holds a socket no longer.
+
+On an event loop other than asyncio's own (uvloop) the server accepts its
+plain connections itself too. Out of file descriptors, libuv's listener
+accepts each waiting connection and closes it at once, telling nobody;
+accept() here fails with EMFILE instead, the connections stay in the
+backlog until a descriptor is free, and the failure goes to the loop's
+exception handler as asyncio's loop reports its own (ACCEPT_ERROR_MESSAGE;
+`pyrmq` servers sum these up once per 10 s)."""
 
 from __future__ import annotations
 
@@ -33,6 +41,12 @@ log = logging.getLogger("pyrmq.remoting")
 #: processor answers later by itself: response_code -1, the handler's time)
 #: or "process_request_failed" (an unexpected exception: SYSTEM_ERROR)
 RpcObserver = Callable[[int, int, str, int], None]
+
+#: the message of a failed accept() in the loop exception handler's context,
+#: as asyncio's own loop words it (and the accept loop here repeats)
+ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
+#: seconds before accepting again after accept() failed (asyncio's own wait)
+ACCEPT_RETRY_DELAY = 1.0
 
 
 class RemotingServer:
@@ -167,8 +181,8 @@ class RemotingServer:
     async def start(self, sock: socket.socket | None = None) -> None:
         """Listen on host:port, or on sock (already bound) when given."""
         loop = asyncio.get_running_loop()
-        if self.ssl_context is not None:
-            self._start_tls_listener(sock)
+        if self.ssl_context is not None or not isinstance(loop, asyncio.BaseEventLoop):
+            self._start_listener(sock)
         elif sock is not None:
             self._server = await loop.create_server(self._new_connection, sock=sock, backlog=1024)
         else:
@@ -181,9 +195,9 @@ class RemotingServer:
             self._idle_loop(), name=f"pyrmq:{self.name}:idle-channels"
         )
 
-    # -- TLS: accept, peek, then plain or TLS ------------------------------------------
+    # -- accepting here: TLS (accept, peek, then plain or TLS), or not asyncio's loop --
 
-    def _start_tls_listener(self, sock: socket.socket | None) -> None:
+    def _start_listener(self, sock: socket.socket | None) -> None:
         if sock is None:
             family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
             sock = socket.create_server((self.host, self.port), family=family, backlog=1024)
@@ -196,18 +210,30 @@ class RemotingServer:
 
     async def _accept_loop(self, lsock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        admit = self._admit if self.ssl_context is not None else self._admit_plain
         while True:
             try:
                 sock, _ = await loop.sock_accept(lsock)
             except OSError as e:
                 # out of descriptors (EMFILE) and the like: the backlog keeps
-                # the clients waiting; retry shortly rather than spin
-                log.error("%s: cannot accept connections: %s", self.name, e)
-                await asyncio.sleep(0.5)
+                # the clients waiting; told as asyncio's loop tells it, and
+                # tried again shortly rather than in a spin
+                loop.call_exception_handler(
+                    {"message": ACCEPT_ERROR_MESSAGE, "exception": e, "socket": lsock}
+                )
+                await asyncio.sleep(ACCEPT_RETRY_DELAY)
                 continue
-            task = asyncio.create_task(self._admit(sock), name=f"pyrmq:{self.name}:tls-admit")
+            task = asyncio.create_task(admit(sock), name=f"pyrmq:{self.name}:admit")
             self._admitting.add(task)
             task.add_done_callback(self._admitting.discard)
+
+    async def _admit_plain(self, sock: socket.socket) -> None:
+        """Serve one accepted socket as a plain connection."""
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(self._new_connection, sock)
+        except OSError as e:  # the transport, made with the socket, closed it
+            log.info("%s: dropping a connection just accepted: %s", self.name, e)
 
     async def _admit(self, sock: socket.socket) -> None:
         """Serve one accepted socket: TLS when it starts with a handshake,
