@@ -199,10 +199,10 @@ def _add_event_loop_argument(parser: Any) -> None:
     parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
-        default="asyncio",
-        help="the process's event loop: asyncio's own (the default; eventLoopBusyPollUs "
-        "needs it), or uvloop (pip install uvloop): less CPU a request, but a broker out "
-        "of file descriptors then drops new connections without reporting it",
+        default=None,
+        help="the process's event loop: uvloop (the default where it is installed: less "
+        "CPU a request), or asyncio's own (the default when broker.conf sets "
+        "eventLoopBusyPollUs, which needs it)",
     )
 
 
@@ -217,27 +217,30 @@ def _busy_poll_us(args: argparse.Namespace) -> int:
 def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
     """The event loop a server command runs on (--event-loop).
 
-    uvloop takes about a tenth off the broker's CPU a request and off a
-    lone send's round trip (bench/README.md, "uvloop under the broker, a
-    third time"), but it is not the default: when accept() fails for want
-    of file descriptors, libuv accepts the connection on a reserved
-    descriptor and closes it, so the broker cannot report that it turns
-    clients away (asyncio's loop tells it; AcceptErrorReporter). Busy
-    polling needs asyncio's loop, on busy_poll's selector."""
-    if getattr(args, "event_loop", "asyncio") != "uvloop":
+    uvloop by default: it takes about a tenth off the broker's CPU a request
+    and off a lone send's round trip (bench/README.md, "uvloop under the
+    broker, a third time"). Busy polling (eventLoopBusyPollUs) needs
+    asyncio's loop, on busy_poll's selector: a broker.conf that sets it
+    makes asyncio's the default, and asking for uvloop with it is an error.
+    Where uvloop cannot be imported, asyncio's loop is the default too."""
+    choice = getattr(args, "event_loop", None)
+    if choice == "asyncio":
         return busy_poll.new_event_loop
-    if _busy_poll_us(args) > 0:
+    polling = _busy_poll_us(args) > 0
+    if polling and choice == "uvloop":
         raise ClientError(
-            "eventLoopBusyPollUs needs asyncio's event loop: drop --event-loop uvloop, or "
+            "eventLoopBusyPollUs needs asyncio's event loop: use --event-loop asyncio, or "
             "set eventLoopBusyPollUs=0"
         )
     try:
         import uvloop
     except ImportError:
-        raise ClientError(
-            "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
-        ) from None
-    return uvloop.new_event_loop
+        if choice == "uvloop":
+            raise ClientError(
+                "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
+            ) from None
+        return busy_poll.new_event_loop
+    return busy_poll.new_event_loop if polling else uvloop.new_event_loop
 
 
 def _add_tls_argument(parser: Any) -> None:

@@ -574,8 +574,8 @@ class Broker:
         elif self.event_loop == "uvloop":
             rc.refuse(
                 "eventLoopBusyPollUs",
-                "this broker runs on uvloop, which cannot poll; start it without "
-                "--event-loop uvloop",
+                "this broker runs on uvloop, which cannot poll; start it with "
+                "--event-loop asyncio (or with eventLoopBusyPollUs set in broker.conf)",
             )
         return rc
 

@@ -30,7 +30,8 @@ C with the GIL released, on the selector's fileno(), would free them for
 the whole window: the next step if a window is ever wanted longer.
 
 Only loops made by new_event_loop() poll. `pyrmq broker` and `pyrmq
-standalone` run on one unless started with `--event-loop uvloop`
+standalone` run on one when their broker.conf sets eventLoopBusyPollUs, or
+when started with `--event-loop asyncio`; otherwise on uvloop
 (pyrmq.serve.loop_factory). The Broker finds its loop's selector with
 selector_of() and sets `max_us` from broker.conf at start and from
 updateBrokerConfig while it runs. On any other loop, uvloop or an embedded

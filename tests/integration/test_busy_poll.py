@@ -200,6 +200,7 @@ def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> N
         "metricsPromExporterPort": 0,
     }
     server = StandaloneProcess(tmp_path, {**SMALL_STORE, **metrics})
+    server.args += ["--event-loop", "asyncio"]  # uvloop, the default, cannot poll
     server.start()
     try:
         off, on = asyncio.run(_off_then_on(server))

@@ -1,6 +1,6 @@
 """The event loop a server process runs on (`--event-loop`, pyrmq.serve's
-loop_factory): asyncio's own by default (busy polling needs it, and it
-reports accepts that fail for want of descriptors), uvloop when asked."""
+loop_factory): uvloop by default, asyncio's own when asked for or when
+broker.conf sets busy polling (which needs it)."""
 
 from __future__ import annotations
 
@@ -38,17 +38,22 @@ def _run(tmp_path: pathlib.Path, settings: dict[str, object], args: list[str]) -
         assert server.stop() == 0
 
 
-def test_uvloop_asked_for_and_busy_polling_refused_on_it(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("args", [[], ["--event-loop", "uvloop"]])
+def test_uvloop_by_default_and_asked_for_refuses_busy_polling(
+    tmp_path: pathlib.Path, args: list[str]
+) -> None:
     async def refused(server: StandaloneProcess) -> dict[str, str]:
         async with AdminClient(server.namesrv) as admin:
             with pytest.raises(
-                NoPermissionError, match="eventLoopBusyPollUs: this broker runs on uvloop"
+                NoPermissionError,
+                match="eventLoopBusyPollUs: this broker runs on uvloop, which cannot poll; "
+                "start it with --event-loop asyncio",
             ):
                 await admin.update_broker_config({"eventLoopBusyPollUs": "100"}, server.broker)
             return await admin.broker_status(server.broker)
 
     server = StandaloneProcess(tmp_path, SMALL_STORE)
-    server.args += ["--event-loop", "uvloop"]
+    server.args += args
     server.start()
     try:
         status = asyncio.run(_status_after_a_send(server))
@@ -65,11 +70,23 @@ def test_busy_polling_in_broker_conf_polls(tmp_path: pathlib.Path) -> None:
     assert status["eventLoopBusyPollUs"] == "100", status
 
 
-@pytest.mark.parametrize("args", [[], ["--event-loop", "asyncio"]])
-def test_asyncio_by_default_and_asked_for(tmp_path: pathlib.Path, args: list[str]) -> None:
-    status = _run(tmp_path, {}, args)
+def test_asyncio_asked_for_can_poll_at_runtime(tmp_path: pathlib.Path) -> None:
+    async def polled(server: StandaloneProcess) -> dict[str, str]:
+        async with AdminClient(server.namesrv) as admin:
+            await admin.update_broker_config({"eventLoopBusyPollUs": "50"}, server.broker)
+            return await admin.broker_status(server.broker)
+
+    server = StandaloneProcess(tmp_path, SMALL_STORE)
+    server.args += ["--event-loop", "asyncio"]
+    server.start()
+    try:
+        status = asyncio.run(_status_after_a_send(server))
+        after = asyncio.run(polled(server))
+    finally:
+        assert server.stop() == 0
     assert status["eventLoop"] == "asyncio", status
     assert status["eventLoopBusyPollUs"] == "0", status
+    assert after["eventLoopBusyPollUs"] == "50", after
 
 
 def test_uvloop_with_busy_polling_is_one_line(tmp_path: pathlib.Path) -> None:
