@@ -2,7 +2,7 @@
 
     python -m bench.e2e_stages [--seconds 4] [--rate 1000] [--dir DIR]
 
-A ``pyrmq standalone`` (ASYNC_FLUSH) and this process, running
+A ``pyrmq standalone`` (ASYNC_FLUSH, on asyncio's loop) and this process, running
 bench._e2e's produce-to-consume case (a Producer's ``send_async`` at a
 fixed rate, a PushConsumer listening), both stamp every socket write and
 read of asyncio's selector transport and the entry of a few named
@@ -282,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["STAGES_OUT"] = out
     cmd = [sys.executable, "-m", "bench.e2e_stages", "broker", "standalone",
            "--store", os.path.join(workdir, "store"), "--namesrv-port", "0",
-           "--broker-port", "0", "--host", "127.0.0.1", "--flush", "ASYNC_FLUSH"]  # fmt: skip
+           "--broker-port", "0", "--host", "127.0.0.1", "--flush", "ASYNC_FLUSH",
+           # the stamps patch asyncio's selector transport: uvloop's, the
+           # servers' default, are C and cannot be stamped
+           "--event-loop", "asyncio"]  # fmt: skip
     if args.config:
         cmd += ["-c", os.path.abspath(args.config)]
     try:
