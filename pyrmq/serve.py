@@ -21,13 +21,13 @@ from pyrmq.broker import Broker, BrokerConfig, busy_poll, load_broker_conf
 from pyrmq.broker.loop_slice import LoopSlice
 from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.common.errors import ClientError
+from pyrmq.common.listen import ACCEPT_ERROR_MESSAGE
 from pyrmq.common.threads import named_executor
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
 from pyrmq.namesrv import NameServer
 from pyrmq.namesrv.config import NamesrvRuntimeConfig
 from pyrmq.remoting import TlsConfig
-from pyrmq.remoting.server import ACCEPT_ERROR_MESSAGE
 
 log = logging.getLogger("pyrmq")
 
@@ -457,9 +457,10 @@ class AcceptErrorReporter:
     """The servers' loop exception handler. Out of file descriptors
     (EMFILE), asyncio's loop reports a failed accept() once per backlog
     slot, each with a traceback: over a thousand a second for as long as
-    the limit lasts (RemotingServer's own accept loop, on uvloop, once a
-    second). This reports it once per interval, with the count and the
-    limit; every other error goes to the default handler."""
+    the limit lasts (the listeners that accept themselves on uvloop,
+    pyrmq.common.listen: once a second). This reports it once per
+    interval, with the count and the limit; every other error goes to the
+    default handler."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock

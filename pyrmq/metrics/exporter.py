@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrmq.common.errors import ClientError
+from pyrmq.common.listen import AcceptingServer, start_stream_server
 from pyrmq.common.threads import single_thread_executor
 from pyrmq.metrics.names import (
     BY_NAME,
@@ -131,7 +132,7 @@ class PromExporter:
         self.port = port
         self.node = node
         self._collect = collect
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | AcceptingServer | None = None
         self._thread: ThreadPoolExecutor | None = None
         self._scrapes = asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
         self.scrapes = 0
@@ -143,8 +144,8 @@ class PromExporter:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(
-                self._serve, self.host, self.port, reuse_address=True
+            self._server = await start_stream_server(
+                self._serve, self.host, self.port, name="metrics"
             )
         except OSError as e:
             raise ClientError(

@@ -10,12 +10,8 @@ deadline (tls.server.handshakeTimeoutMs), so a client that connects and
 says nothing, or stops inside its ClientHello, holds a socket no longer.
 
 On an event loop other than asyncio's own (uvloop) the server accepts its
-plain connections itself too. Out of file descriptors, libuv's listener
-accepts each waiting connection and closes it at once, telling nobody;
-accept() here fails with EMFILE instead, the connections stay in the
-backlog until a descriptor is free, and the failure goes to the loop's
-exception handler as asyncio's loop reports its own (ACCEPT_ERROR_MESSAGE;
-`pyrmq` servers sum these up once per 10 s)."""
+plain connections itself too, so that running out of file descriptors is
+reported and the clients wait rather than being reset (pyrmq.common.listen)."""
 
 from __future__ import annotations
 
@@ -29,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from pyrmq.common.errors import BrokerError
+from pyrmq.common.listen import accept_loop, loop_reports_accept_errors
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import FLAG_ONEWAY, MAX_FRAME, RemotingCommand
 from pyrmq.remoting.connection import Connection, FastPath, HandlerResult, RequestHandler
@@ -41,12 +38,6 @@ log = logging.getLogger("pyrmq.remoting")
 #: processor answers later by itself: response_code -1, the handler's time)
 #: or "process_request_failed" (an unexpected exception: SYSTEM_ERROR)
 RpcObserver = Callable[[int, int, str, int], None]
-
-#: the message of a failed accept() in the loop exception handler's context,
-#: as asyncio's own loop words it (and the accept loop here repeats)
-ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
-#: seconds before accepting again after accept() failed (asyncio's own wait)
-ACCEPT_RETRY_DELAY = 1.0
 
 
 class RemotingServer:
@@ -181,7 +172,7 @@ class RemotingServer:
     async def start(self, sock: socket.socket | None = None) -> None:
         """Listen on host:port, or on sock (already bound) when given."""
         loop = asyncio.get_running_loop()
-        if self.ssl_context is not None or not isinstance(loop, asyncio.BaseEventLoop):
+        if self.ssl_context is not None or not loop_reports_accept_errors(loop):
             self._start_listener(sock)
         elif sock is not None:
             self._server = await loop.create_server(self._new_connection, sock=sock, backlog=1024)
@@ -204,28 +195,10 @@ class RemotingServer:
         sock.setblocking(False)
         self._listen_sock = sock
         self.port = sock.getsockname()[1]
-        self._accept_task = asyncio.create_task(
-            self._accept_loop(sock), name=f"pyrmq:{self.name}:accept"
-        )
-
-    async def _accept_loop(self, lsock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
         admit = self._admit if self.ssl_context is not None else self._admit_plain
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(lsock)
-            except OSError as e:
-                # out of descriptors (EMFILE) and the like: the backlog keeps
-                # the clients waiting; told as asyncio's loop tells it, and
-                # tried again shortly rather than in a spin
-                loop.call_exception_handler(
-                    {"message": ACCEPT_ERROR_MESSAGE, "exception": e, "socket": lsock}
-                )
-                await asyncio.sleep(ACCEPT_RETRY_DELAY)
-                continue
-            task = asyncio.create_task(admit(sock), name=f"pyrmq:{self.name}:admit")
-            self._admitting.add(task)
-            task.add_done_callback(self._admitting.discard)
+        self._accept_task = asyncio.create_task(
+            accept_loop(sock, admit, self._admitting, self.name), name=f"pyrmq:{self.name}:accept"
+        )
 
     async def _admit_plain(self, sock: socket.socket) -> None:
         """Serve one accepted socket as a plain connection."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyrmq.broker.ha import protocol
 from pyrmq.broker.ha.epoch import EpochFileCache, consistent_offset
+from pyrmq.common.listen import AcceptingServer, start_stream_server
 from pyrmq.common.threads import single_thread_executor
 from pyrmq.storage import MessageStore
 from pyrmq.storage.waiters import OffsetWaiters
@@ -82,14 +83,14 @@ class HAService:
         self.connections: set[HAConnection] = set()
         #: the largest offset any slave acknowledged (push2SlaveMaxOffset)
         self.slave_ack_offset = 0
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | AcceptingServer | None = None
         self._waiters = OffsetWaiters(sync_timeout, clock)
         self._reader = single_thread_executor("pyrmq-ha")
         self.refused = 0
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, limit=protocol.MAX_HELLO
+        self._server = await start_stream_server(
+            self._accept, self.host, self.port, name="HAService", limit=protocol.MAX_HELLO
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HAService of %s listening on %s:%d", self.broker_name, self.host, self.port)
