@@ -201,17 +201,8 @@ def _add_event_loop_argument(parser: Any) -> None:
         choices=EVENT_LOOPS,
         default=None,
         help="the process's event loop: uvloop (the default where it is installed: less "
-        "CPU a request), or asyncio's own (the default when broker.conf sets "
-        "eventLoopBusyPollUs, which needs it)",
+        "CPU a request), or asyncio's own",
     )
-
-
-def _busy_poll_us(args: argparse.Namespace) -> int:
-    """eventLoopBusyPollUs as a broker's or standalone's -c file sets it
-    (parsed and checked as the broker will: a bad value is one CLI line)."""
-    if args.cmd not in ("broker", "standalone") or not args.config:
-        return 0
-    return BrokerConfig.from_properties(read_properties(args.config)).event_loop_busy_poll_us
 
 
 def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEventLoop]:
@@ -219,19 +210,12 @@ def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEvent
 
     uvloop by default: it takes about a tenth off the broker's CPU a request
     and off a lone send's round trip (bench/README.md, "uvloop under the
-    broker, a third time"). Busy polling (eventLoopBusyPollUs) needs
-    asyncio's loop, on busy_poll's selector: a broker.conf that sets it
-    makes asyncio's the default, and asking for uvloop with it is an error.
-    Where uvloop cannot be imported, asyncio's loop is the default too."""
+    broker, a third time"); where it cannot be imported, asyncio's loop.
+    asyncio's is made on busy_poll's selector, which polls itself when
+    eventLoopBusyPollUs asks (on uvloop a LoopPoller does)."""
     choice = getattr(args, "event_loop", None)
     if choice == "asyncio":
         return busy_poll.new_event_loop
-    polling = _busy_poll_us(args) > 0
-    if polling and choice == "uvloop":
-        raise ClientError(
-            "eventLoopBusyPollUs needs asyncio's event loop: use --event-loop asyncio, or "
-            "set eventLoopBusyPollUs=0"
-        )
     try:
         import uvloop
     except ImportError:
@@ -240,7 +224,7 @@ def loop_factory(args: argparse.Namespace) -> Callable[[], asyncio.AbstractEvent
                 "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
             ) from None
         return busy_poll.new_event_loop
-    return busy_poll.new_event_loop if polling else uvloop.new_event_loop
+    return uvloop.new_event_loop
 
 
 def _add_tls_argument(parser: Any) -> None:
@@ -498,7 +482,6 @@ def main(args: argparse.Namespace) -> int:
 
     async def serve() -> int:
         loop = asyncio.get_running_loop()
-        log.info("event loop: %s", type(loop).__module__.partition(".")[0])
         loop.set_exception_handler(AcceptErrorReporter())
         # asyncio.to_thread and run_in_executor(None, ...) (the timer's file,
         # ACL files, the store's close) on threads named for top -H as well

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
 from pyrmq.broker import busy_poll
-from pyrmq.broker.busy_poll import BusyPollSelector
+from pyrmq.broker.busy_poll import LoopPoller, PollWindow
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -107,7 +107,7 @@ class Broker:
         self._started_at = time.time()
         #: the selector of the loop the broker runs on, when it can busy poll
         #: (eventLoopBusyPollUs, pyrmq/broker/busy_poll.py; found at start)
-        self.busy_poll_selector: BusyPollSelector | None = None
+        self.busy_poller: PollWindow | None = None
         #: "asyncio" or "uvloop": the event loop the broker runs on (found at start)
         self.event_loop = ""
         #: master or slave, replication, controller mode's role changes
@@ -354,6 +354,7 @@ class Broker:
             frame_read_timeout=cfg.server_frame_read_timeout_ms / 1000,
             tls=self.tls,
         )
+        self._poll_after_reads(server)
         sp = self.send_processor
         if cfg.send_fast_path_enable:
             sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
@@ -569,34 +570,30 @@ class Broker:
         )
         rc.bind("brokerFastFailureEnable", (sp, "fast_failure"))
         rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
-        if self.busy_poll_selector is not None:
-            rc.bind("eventLoopBusyPollUs", (self.busy_poll_selector, "max_us"))
-        elif self.event_loop == "uvloop":
-            rc.refuse(
-                "eventLoopBusyPollUs",
-                "this broker runs on uvloop, which cannot poll; start it with "
-                "--event-loop asyncio (or with eventLoopBusyPollUs set in broker.conf)",
-            )
+        if self.busy_poller is not None:
+            rc.bind("eventLoopBusyPollUs", (self.busy_poller, "max_us"))
         return rc
 
     def _start_busy_poll(self) -> None:
         loop = asyncio.get_running_loop()
         self.event_loop = type(loop).__module__.partition(".")[0]
-        selector = self.busy_poll_selector = busy_poll.selector_of(loop)
-        us = self.config.event_loop_busy_poll_us
-        if selector is not None:
-            selector.max_us = us
-            if us:
-                log.info(
-                    "event loop: polls for up to %d µs before it sleeps (eventLoopBusyPollUs)", us
-                )
-        elif us:
-            log.warning(
-                "eventLoopBusyPollUs=%d: this broker's event loop (%s, not pyrmq's own) "
-                "cannot poll",
-                us,
-                self.event_loop,
-            )
+        poller = self.busy_poller = busy_poll.poller_for(loop)
+        us = poller.max_us = self.config.event_loop_busy_poll_us
+        polls = f", polls for up to {us} µs before it sleeps (eventLoopBusyPollUs)" if us else ""
+        log.info("event loop: %s%s", self.event_loop, polls)
+
+    def _poll_after_reads(self, server: RemotingServer) -> None:
+        """A LoopPoller starts after the server's reads: its read hook is
+        installed while polling is on (busy_poll.py)."""
+        poller = self.busy_poller
+        if not isinstance(poller, LoopPoller):
+            return
+
+        def on_change(on: bool) -> None:
+            server.set_read_hook(poller.touch if on else None)
+
+        poller.on_change = on_change
+        on_change(bool(poller.max_us))
 
     def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
         self.config = config
@@ -693,7 +690,7 @@ class Broker:
             # pyrmq: the event loop (asyncio, uvloop: pyrmq broker --event-loop),
             # and eventLoopBusyPoll* when it can poll (busy_poll.py)
             "eventLoop": self.event_loop,
-            **busy_poll.status(self.busy_poll_selector),
+            **busy_poll.status(self.busy_poller),
             "brokerRole": self.config.broker_role,
             "brokerId": self.config.broker_id,
             # RocketMQ's keys, as mqadmin brokerStatus and the dashboards
@@ -709,8 +706,8 @@ class Broker:
         }
 
     async def shutdown(self) -> None:
-        if self.busy_poll_selector is not None:
-            self.busy_poll_selector.max_us = 0  # the loop may run on after the broker
+        if self.busy_poller is not None:
+            self.busy_poller.max_us = 0  # the loop may run on after the broker
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

@@ -29,14 +29,17 @@ I/O executor, the metrics exporter) wait at most a window for it. A loop in
 C with the GIL released, on the selector's fileno(), would free them for
 the whole window: the next step if a window is ever wanted longer.
 
-Only loops made by new_event_loop() poll. `pyrmq broker` and `pyrmq
-standalone` run on one when their broker.conf sets eventLoopBusyPollUs, or
-when started with `--event-loop asyncio`; otherwise on uvloop
-(pyrmq.serve.loop_factory). The Broker finds its loop's selector with
-selector_of() and sets `max_us` from broker.conf at start and from
-updateBrokerConfig while it runs. On any other loop, uvloop or an embedded
-broker's, the setting does nothing: uvloop's broker refuses the update,
-an embedded one logs a warning."""
+Two pollers, one window (PollWindow). On a loop made by new_event_loop()
+(asyncio's, `pyrmq broker --event-loop asyncio`) the selector polls
+(BusyPollSelector). On any other loop, uvloop (the servers' default) or an
+embedded broker's, whose selector pyrmq does not own, a callback that
+queues itself again keeps the loop polling with timeout 0 (LoopPoller):
+a loop with a callback ready does not sleep. It starts after the loop has
+served a read on one of the server's connections (RemotingServer's read
+hook, installed only while polling is on) and stops when the window runs
+out. The Broker takes its loop's poller from poller_for() and sets
+`max_us` from broker.conf at start and from updateBrokerConfig while it
+runs."""
 
 from __future__ import annotations
 
@@ -53,23 +56,20 @@ POLL_GROW_START_US = 10
 POLL_MAX_US = 1000
 
 
-class BusyPollSelector(selectors.DefaultSelector):
-    """The platform's default selector (epoll on Linux) that, when asked to
-    wait, first polls with timeout 0 for up to `window_s`."""
+class PollWindow:
+    """The polling window, its adaptation and its counters (both pollers)."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._clock = clock
         #: the configured maximum window, seconds (0: never poll)
         self.max_s = 0.0
-        #: the window the next wait polls for, seconds
+        #: the window the next idle period polls for, seconds
         self.window_s = 0.0
         #: idle periods that polled, and those a poll caught an event in
         self.polls = 0
         self.hits = 0
         #: wall time spent polling, seconds
         self.spun_s = 0.0
-        self.max_us = 0  # off: select() is the platform's (the setter)
 
     @property
     def max_us(self) -> int:
@@ -80,6 +80,33 @@ class BusyPollSelector(selectors.DefaultSelector):
     def max_us(self, us: int) -> None:
         self.max_s = us / 1e6
         self.window_s = min(self.window_s, self.max_s)
+        self._max_changed(us)
+
+    def _max_changed(self, us: int) -> None:
+        """The setting changed to us (0: off)."""
+
+    def adapt(self, idle_s: float, woken: bool) -> None:
+        """After an idle period of `idle_s` the window did not catch: grow
+        the window when a socket woke the loop within the maximum, shrink it
+        when the period was longer than the maximum."""
+        if idle_s > self.max_s:
+            half = self.window_s / 2
+            self.window_s = half if half >= POLL_GROW_START_US / 1e6 else 0.0
+        elif woken:
+            start = min(POLL_GROW_START_US / 1e6, self.max_s)
+            self.window_s = min(max(self.window_s * 2, start), self.max_s)
+
+
+class BusyPollSelector(PollWindow, selectors.DefaultSelector):
+    """The platform's default selector (epoll on Linux) that, when asked to
+    wait, first polls with timeout 0 for up to `window_s`."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__()
+        self._clock = clock
+        self.max_us = 0  # off: select() is the platform's (the setter)
+
+    def _max_changed(self, us: int) -> None:
         # off, the loop calls the platform selector's select() itself: the
         # polling select() costs ~0.1 µs more a loop iteration
         if us:
@@ -111,19 +138,81 @@ class BusyPollSelector(selectors.DefaultSelector):
         self.adapt(clock() - t0, bool(ready))
         return ready
 
-    def adapt(self, idle_s: float, woken: bool) -> None:
-        """After an idle period of `idle_s` the window did not catch: grow
-        the window when a socket woke the loop within the maximum, shrink it
-        when the period was longer than the maximum."""
-        if idle_s > self.max_s:
-            half = self.window_s / 2
-            self.window_s = half if half >= POLL_GROW_START_US / 1e6 else 0.0
-        elif woken:
-            start = min(POLL_GROW_START_US / 1e6, self.max_s)
-            self.window_s = min(max(self.window_s * 2, start), self.max_s)
+
+class LoopPoller(PollWindow):
+    """Busy polling on a loop whose selector is not BusyPollSelector: after
+    the loop served a read (touch(), the server's read hook), _spin queues
+    itself with call_soon until the window runs out, so the loop polls its
+    sockets with timeout 0 meanwhile. A read served while it spins is a hit
+    and starts a new window; the window adapts as BusyPollSelector's does,
+    an idle period running from the end of the loop's work to the read
+    that ends it. `on_change(True|False)` is told when polling turns on or
+    off (the Broker installs or removes the read hook)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._clock = clock
+        self.on_change: Callable[[bool], None] | None = None
+        self._spinning = False
+        self._touched = False
+        #: when the current window ends (0: the next _spin opens one)
+        self._until = 0.0
+        #: when the current window opened, the last _spin, and when the
+        #: idle period now running began (None: none measured)
+        self._opened = 0.0
+        self._last = 0.0
+        self._idle_since: float | None = None
+
+    def _max_changed(self, us: int) -> None:
+        if not us:
+            self._idle_since = None
+        if self.on_change is not None:
+            self.on_change(bool(us))
+
+    def touch(self) -> None:
+        """A read is being served: start polling once the loop's work is done."""
+        if self._spinning:
+            self._touched = True
+            return
+        if not self.max_s:
+            return
+        if self._idle_since is not None:
+            self.adapt(self._clock() - self._idle_since, True)
+            self._idle_since = None
+        self._spinning = True
+        self._touched = False
+        self._until = 0.0
+        self._loop.call_soon(self._spin)
+
+    def _spin(self) -> None:
+        now = self._clock()
+        if self._touched:  # a read was served since the last turn
+            self._touched = False
+            if self._until:  # while the window was open: a hit
+                self.hits += 1
+                self._until = 0.0
+        elif self._until:
+            self.spun_s += now - self._last
+            if now >= self._until:  # ran out: idle since the window opened
+                self._spinning = False
+                self._idle_since = self._opened
+                return
+        if not self._until:  # the loop's work is done: the idle period starts
+            if not self.window_s or not self.max_s:
+                self._spinning = False
+                self._idle_since = now if self.max_s else None
+                return
+            self.polls += 1
+            self._opened = now
+            self._until = now + self.window_s
+        self._last = now
+        self._loop.call_soon(self._spin)
 
 
-_SELECTORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, BusyPollSelector] = (
+_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PollWindow] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -133,26 +222,38 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     `max_us` is set)."""
     selector = BusyPollSelector()
     loop = asyncio.SelectorEventLoop(selector)
-    _SELECTORS[loop] = selector
+    _POLLERS[loop] = selector
     return loop
 
 
 def selector_of(loop: asyncio.AbstractEventLoop) -> BusyPollSelector | None:
-    return _SELECTORS.get(loop)
+    poller = _POLLERS.get(loop)
+    return poller if isinstance(poller, BusyPollSelector) else None
+
+
+def poller_for(loop: asyncio.AbstractEventLoop) -> PollWindow:
+    """loop's poller: its BusyPollSelector, or else its LoopPoller (made
+    the first time it is asked for)."""
+    poller = _POLLERS.get(loop)
+    if poller is None:
+        poller = _POLLERS[loop] = LoopPoller(loop)
+    return poller
 
 
 def work_time(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     """A clock of the calling thread's CPU time less the time `loop` spent
     polling: the loop's own work, for LoopSlice's busy share."""
-    selector = _SELECTORS.get(loop)
-    if selector is None:
-        return time.thread_time
-    return lambda: time.thread_time() - selector.spun_s
+
+    def worked() -> float:
+        poller = _POLLERS.get(loop)
+        return time.thread_time() - (poller.spun_s if poller is not None else 0.0)
+
+    return worked
 
 
-def status(selector: BusyPollSelector | None) -> dict[str, Any]:
+def status(selector: PollWindow | None) -> dict[str, Any]:
     """eventLoopBusyPoll* for the broker's runtime info ({} without a
-    selector: a loop not made by new_event_loop())."""
+    poller)."""
     if selector is None:
         return {}
     return {

@@ -117,11 +117,11 @@ class BrokerMetrics:
         return out
 
     def _event_loop(self) -> list[Family]:
-        selector = self.broker.busy_poll_selector
-        if selector is None:
+        poller = self.broker.busy_poller
+        if poller is None:
             return []
         f_poll = Family.of("pyrmq_event_loop_busy_poll_seconds_total")
-        f_poll.add((), selector.spun_s)
+        f_poll.add((), poller.spun_s)
         return [f_poll]
 
     def _traffic(self) -> list[Family]:

@@ -70,8 +70,6 @@ class BrokerRuntimeConfig:
         self.store_config = store_config
         self._on_change = on_change
         self._bindings: dict[str, tuple[str, list[Binding]]] = {}
-        #: keys fixed on this broker for a reason of its own (refuse())
-        self._why_fixed: dict[str, str] = {}
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
 
     def bind(self, key: str, *targets: Binding) -> None:
@@ -81,12 +79,6 @@ class BrokerRuntimeConfig:
         if key not in fields:
             raise KeyError(f"{key} is not a BrokerConfig key")
         self._bindings[key] = (fields[key], list(targets))
-
-    def refuse(self, key: str, why: str) -> None:
-        """Keep a key that other brokers may change at runtime fixed on this
-        one, and say why when an update asks for it."""
-        self._bindings.pop(key, None)
-        self._why_fixed[key] = why
 
     @property
     def runtime_keys(self) -> list[str]:
@@ -121,9 +113,6 @@ class BrokerRuntimeConfig:
         if unknown:
             raise InvalidParameterError(f"unknown broker config keys: {', '.join(unknown)}")
         fixed = sorted(k for k in changes if k not in self._bindings)
-        why = [f"{k}: {self._why_fixed[k]}" for k in fixed if k in self._why_fixed]
-        if why:
-            raise NoPermissionError(f"can not update at runtime: {'; '.join(why)}")
         if fixed:
             raise NoPermissionError(
                 f"can not update at runtime: {', '.join(fixed)} (read at start: set them in "

@@ -15,7 +15,7 @@ import pytest
 from pyrmq import Message, Producer
 from pyrmq.admin import AdminClient
 from pyrmq.broker import busy_poll
-from pyrmq.broker.busy_poll import POLL_GROW_START_US, BusyPollSelector
+from pyrmq.broker.busy_poll import POLL_GROW_START_US, BusyPollSelector, LoopPoller
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.common.errors import ClientError, InvalidParameterError
 from pyrmq.testing.cluster import SMALL_STORE, StandaloneProcess
@@ -126,20 +126,107 @@ def test_asyncio_on_it_keeps_time_and_order() -> None:
         loop.close()
 
 
-def test_only_its_own_loops_poll() -> None:
+def test_each_loop_gets_its_poller() -> None:
+    """new_event_loop()'s loops poll in their selector, any other loop with
+    a LoopPoller; a loop's polled time is taken off its work time."""
     other = asyncio.new_event_loop()
     try:
         assert busy_poll.selector_of(other) is None
         assert busy_poll.status(None) == {}
-        assert busy_poll.work_time(other) is time.thread_time
+        t0 = time.thread_time()
+        assert t0 <= busy_poll.work_time(other)() <= time.thread_time()  # nothing polled
+        poller = busy_poll.poller_for(other)
+        assert isinstance(poller, LoopPoller) and busy_poll.poller_for(other) is poller
+        assert poller.max_s == 0  # off until configured
     finally:
         other.close()
     loop = busy_poll.new_event_loop()
     try:
         sel = busy_poll.selector_of(loop)
         assert sel is not None and sel.max_s == 0  # off until configured
+        assert busy_poll.poller_for(loop) is sel
         sel.spun_s = 1000.0
         assert busy_poll.work_time(loop)() < 0  # the polled time is taken off
+    finally:
+        loop.close()
+
+
+def _loop_poller_round_trips(loop: asyncio.AbstractEventLoop) -> dict[str, float]:
+    """An echo server on loop whose reads touch a LoopPoller (as the broker's
+    connections do), and a client in a thread sending one line at a time:
+    what the poller counted, and whether it stopped once the client did."""
+    poller = busy_poll.poller_for(loop)
+    assert isinstance(poller, LoopPoller)
+    told: list[bool] = []
+    poller.on_change = told.append
+    poller.max_us = busy_poll.POLL_MAX_US
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            poller.touch()
+            self.transport.write(data)  # type: ignore[attr-defined]
+
+    def client(port: int, out: list[int]) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            for i in range(300):  # one at a time, answered before the next
+                c.sendall(b"%d" % (i % 10))
+                out.append(len(c.recv(16)))
+
+    async def main() -> dict[str, float]:
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        answers: list[int] = []
+        await asyncio.to_thread(client, port, answers)
+        assert answers == [1] * 300
+        await asyncio.sleep(0.05)  # idle, far beyond the window: it stops
+        spinning_after = poller._spinning
+        t0 = time.thread_time()
+        await asyncio.sleep(0.2)
+        idle_cpu = time.thread_time() - t0
+        server.close()
+        await server.wait_closed()
+        return {
+            "polls": poller.polls,
+            "hits": poller.hits,
+            "spun_s": poller.spun_s,
+            "spinning_after": spinning_after,
+            "idle_cpu": idle_cpu,
+        }
+
+    try:
+        r = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    poller.max_us = 0
+    r["told"] = told  # type: ignore[assignment]
+    return r
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_loop_poller_polls_after_reads_and_stops_when_idle(kind: str) -> None:
+    if kind == "uvloop":
+        loop = pytest.importorskip("uvloop").new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    r = _loop_poller_round_trips(loop)
+    assert r["polls"] > 0 and r["spun_s"] > 0, r
+    # a thread's round trip is far shorter than the 1 ms the window grows
+    # to: some request comes while the loop polls
+    assert r["hits"] > 0, r
+    assert r["spinning_after"] is False, r
+    assert r["idle_cpu"] < 0.1, r  # asleep, not spinning, while idle
+    assert r["told"] == [True, False], r
+
+
+def test_loop_poller_off_does_nothing() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        poller = LoopPoller(loop)
+        poller.touch()  # off: no callback queued, nothing counted
+        assert not poller._spinning and poller.polls == 0
     finally:
         loop.close()
 
@@ -193,14 +280,18 @@ async def _off_then_on(server: StandaloneProcess) -> tuple[dict[str, str], dict[
         return off, await _lone_sends_until_polled(p, admin, server.broker, 60)
 
 
-def test_standalone_polls_as_configured_and_updated(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_standalone_polls_as_configured_and_updated(
+    tmp_path: pathlib.Path, event_loop: str
+) -> None:
+    pytest.importorskip(event_loop)
     metrics = {
         "metricsExporterType": "PROM",
         "metricsPromExporterHost": "127.0.0.1",
         "metricsPromExporterPort": 0,
     }
     server = StandaloneProcess(tmp_path, {**SMALL_STORE, **metrics})
-    server.args += ["--event-loop", "asyncio"]  # uvloop, the default, cannot poll
+    server.args += ["--event-loop", event_loop]
     server.start()
     try:
         off, on = asyncio.run(_off_then_on(server))
