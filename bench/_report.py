@@ -359,8 +359,11 @@ def duel_md(duel: dict[str, Any]) -> str:
     if duel.get("busy_poll_ratio"):
         polled = (
             f" With the broker busy polling (`pyrmq-busypoll`, eventLoopBusyPollUs="
-            f"{duel['busy_poll_us']}): {_r(duel['busy_poll_ratio'])}."
+            f"{duel['busy_poll_us']}): {_r(duel['busy_poll_ratio'])}"
         )
+        if duel.get("busy_poll_asyncio_ratio"):
+            polled += f"; on asyncio's loop: {_r(duel['busy_poll_asyncio_ratio'])}"
+        polled += "."
     return (
         f"Servers up at once, one client alternating {duel['rounds']} rounds of "
         f"{duel['seconds']:g} s ({duel['body']} B, order swapped every round; `bench.duel`). "

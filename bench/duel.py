@@ -18,7 +18,9 @@ slower). ``pyrmq`` is a Producer with its defaults (auto_batch on);
 rounds: what client auto-batching costs a lone awaited send.
 ``pyrmq-busypoll`` is a default Producer sending to a second standalone
 whose loop polls before it sleeps (eventLoopBusyPollUs=--busy-poll-us,
-100 unless told; 0 leaves it out). Each system's server CPU (all its
+100 unless told; 0 leaves it out), on the default loop (uvloop: a
+LoopPoller polls), and ``pyrmq-busypoll-asyncio`` to a third, the same on
+asyncio's loop (its selector polls). Each system's server CPU (all its
 threads, /proc) over its rounds is reported per send: what the latency
 cost the server.
 
@@ -87,10 +89,13 @@ def run(
     body = _e2e.body_of(size)
     with contextlib.ExitStack() as stack:
         psrv = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH"))
-        polled = None
+        polled = polled_asyncio = None
         if busy_poll_us:
-            polled = stack.enter_context(
-                bl.standalone(root, "ASYNC_FLUSH", conf={"eventLoopBusyPollUs": busy_poll_us})
+            conf = {"eventLoopBusyPollUs": busy_poll_us}
+            polled = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH", conf=conf))
+            # the same on asyncio's loop, whose selector polls (busy_poll.py)
+            polled_asyncio = stack.enter_context(
+                bl.standalone(root, "ASYNC_FLUSH", ("--event-loop", "asyncio"), conf=conf)
             )
         rsrv = stack.enter_context(_servers.redis_server(root, "everysec"))
         log(f"duel: pyrmq pid {psrv.pid}, {rsrv.version} pid {rsrv.pid}")
@@ -100,8 +105,9 @@ def run(
             "pyrmq-nobatch": psrv.cpu_s,
             "redis-everysec": rsrv.cpu_s,
         }
-        if polled is not None:
+        if polled is not None and polled_asyncio is not None:
             server_cpu["pyrmq-busypoll"] = polled.cpu_s
+            server_cpu["pyrmq-busypoll-asyncio"] = polled_asyncio.cpu_s
 
         async def main() -> dict[str, Any]:
             async with contextlib.AsyncExitStack() as clients:
@@ -113,11 +119,15 @@ def run(
                     ("pyrmq", PyrmqAdapter(psrv, p)),
                     ("pyrmq-nobatch", PyrmqAdapter(psrv, p1)),
                 ]
-                if polled is not None:
-                    pp = await clients.enter_async_context(
-                        Producer("bench-duel-busypoll", polled.namesrv)
-                    )
-                    adapters.append(("pyrmq-busypoll", PyrmqAdapter(polled, pp)))
+                for name, srv in (
+                    ("pyrmq-busypoll", polled),
+                    ("pyrmq-busypoll-asyncio", polled_asyncio),
+                ):
+                    if srv is not None:
+                        pp = await clients.enter_async_context(
+                            Producer(f"bench-duel-{name}", srv.namesrv)
+                        )
+                        adapters.append((name, PyrmqAdapter(srv, pp)))
                 ra = await RedisAdapter.connect(rsrv.host, rsrv.port)
                 clients.push_async_callback(ra.close)
                 adapters.append(("redis-everysec", ra))
@@ -173,6 +183,8 @@ def run(
         "ratio": ratio("pyrmq"),
         #: Redis's median p50 over pyrmq's with eventLoopBusyPollUs=busy_poll_us
         "busy_poll_ratio": ratio("pyrmq-busypoll"),
+        #: the same with that broker on asyncio's loop (--event-loop asyncio)
+        "busy_poll_asyncio_ratio": ratio("pyrmq-busypoll-asyncio"),
         #: auto_batch on over off, median p50s (> 1: batching slower)
         "auto_batch_p50_ratio": round(p / nb, 3) if nb else None,
         "pyrmq_faster_rounds": sum(

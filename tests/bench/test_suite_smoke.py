@@ -126,13 +126,20 @@ def test_duel(tmp_path: pathlib.Path) -> None:
     if why:
         pytest.skip(why)
     d = duel.run(str(tmp_path), rounds=2, seconds=0.1)
-    assert set(d["systems"]) == {"pyrmq", "pyrmq-nobatch", "pyrmq-busypoll", "redis-everysec"}
+    assert set(d["systems"]) == {
+        "pyrmq",
+        "pyrmq-nobatch",
+        "pyrmq-busypoll",
+        "pyrmq-busypoll-asyncio",
+        "redis-everysec",
+    }
     assert d["auto_batch_p50_ratio"] > 0
     for v in d["systems"].values():
         assert len(v["p50_ms_per_round"]) == 2 and v["sends"] > 0
         assert 0 < v["pooled_p50_ms"] <= v["pooled_p99_ms"]
         assert v["server_cpu_us_per_send"] > 0
-    assert d["ratio"] > 0 and d["busy_poll_ratio"] > 0 and 0 <= d["pyrmq_faster_rounds"] <= 2
+    assert d["ratio"] > 0 and d["busy_poll_ratio"] > 0 and d["busy_poll_asyncio_ratio"] > 0
+    assert 0 <= d["pyrmq_faster_rounds"] <= 2
     suite = {
         "suite": {"quick": True, "budget": dataclasses.asdict(TINY)},
         "parts": {"3": {"systems": {}, "duel": d}},
