@@ -11,9 +11,7 @@ import dataclasses
 import gc
 import logging
 import os
-import resource
 import signal
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,7 +19,7 @@ from pyrmq.broker import Broker, BrokerConfig, busy_poll, load_broker_conf
 from pyrmq.broker.loop_slice import LoopSlice
 from pyrmq.common.config_file import read_properties, write_json_atomic
 from pyrmq.common.errors import ClientError
-from pyrmq.common.listen import ACCEPT_ERROR_MESSAGE
+from pyrmq.common.listen import AcceptErrorReporter
 from pyrmq.common.threads import named_executor
 from pyrmq.controller import Controller, ControllerConfig, load_controller_conf
 from pyrmq.metrics import MetricsConfig
@@ -431,43 +429,6 @@ async def run_standalone(args: argparse.Namespace) -> int:
                 args.ready_file, namesrv=namesrv, broker=broker.addr, **info
             )
     return 0
-
-
-#: seconds between two reports of connections that could not be accepted
-ACCEPT_ERROR_REPORT_INTERVAL = 10.0
-
-
-class AcceptErrorReporter:
-    """The servers' loop exception handler. Out of file descriptors
-    (EMFILE), asyncio's loop reports a failed accept() once per backlog
-    slot, each with a traceback: over a thousand a second for as long as
-    the limit lasts (the listeners that accept themselves on uvloop,
-    pyrmq.common.listen: once a second). This reports it once per
-    interval, with the count and the limit; every other error goes to the
-    default handler."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._last = -ACCEPT_ERROR_REPORT_INTERVAL
-        self._count = 0
-
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") != ACCEPT_ERROR_MESSAGE:
-            loop.default_exception_handler(context)
-            return
-        self._count += 1
-        now = self._clock()
-        if now - self._last < ACCEPT_ERROR_REPORT_INTERVAL:
-            return
-        log.error(
-            "cannot accept connections: %s (%d failed accepts since the last report; ulimit -n "
-            "is %d: raise it, or idle connections are closed after clientChannelMaxIdleTimeMs)",
-            context.get("exception"),
-            self._count,
-            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-        )
-        self._last = now
-        self._count = 0
 
 
 def main(args: argparse.Namespace) -> int:

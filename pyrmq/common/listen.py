@@ -8,7 +8,7 @@ in reserve and closes it at once, telling nobody: the client is reset and
 the server's log says nothing. On a loop that is not asyncio's own, the
 servers therefore accept their connections themselves (accept_loop): the
 failure reaches the exception handler as on asyncio's loop (`pyrmq`
-servers sum it up once per 10 s: pyrmq.serve.AcceptErrorReporter), and
+servers install AcceptErrorReporter, which sums it up once per 10 s), and
 the connections wait in the backlog.
 
 start_stream_server() is asyncio.start_server on either kind of loop (the
@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import resource
 import socket
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -29,7 +32,45 @@ ACCEPT_ERROR_MESSAGE = "socket.accept() out of system resource"
 #: seconds before accepting again after accept() failed (asyncio's own wait)
 ACCEPT_RETRY_DELAY = 1.0
 
+log = logging.getLogger("pyrmq.listen")
+
 StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+#: seconds between two reports of connections that could not be accepted
+ACCEPT_ERROR_REPORT_INTERVAL = 10.0
+
+
+class AcceptErrorReporter:
+    """The servers' loop exception handler. Out of file descriptors
+    (EMFILE), asyncio's loop reports a failed accept() once per backlog
+    slot, each with a traceback: over a thousand a second for as long as
+    the limit lasts (accept_loop, on uvloop: once a second). This reports it once per
+    interval, with the count and the limit; every other error goes to the
+    default handler."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last = -ACCEPT_ERROR_REPORT_INTERVAL
+        self._count = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != ACCEPT_ERROR_MESSAGE:
+            loop.default_exception_handler(context)
+            return
+        self._count += 1
+        now = self._clock()
+        if now - self._last < ACCEPT_ERROR_REPORT_INTERVAL:
+            return
+        log.error(
+            "cannot accept connections: %s (%d failed accepts since the last report; ulimit -n "
+            "is %d: raise it, or idle connections are closed after clientChannelMaxIdleTimeMs)",
+            context.get("exception"),
+            self._count,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        )
+        self._last = now
+        self._count = 0
 
 
 def loop_reports_accept_errors(loop: asyncio.AbstractEventLoop) -> bool:
@@ -69,7 +110,7 @@ class AcceptingServer:
     """What asyncio.start_server returns, as far as pyrmq's servers use it
     (sockets, close, wait_closed), over accept_loop."""
 
-    def __init__(self, lsock: socket.socket, handler: StreamHandler, name: str, limit: int):
+    def __init__(self, lsock: socket.socket, handler: StreamHandler, name: str, limit: int) -> None:
         self.sockets = [lsock]
         self._handler = handler
         self._limit = limit
