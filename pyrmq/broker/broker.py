@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
@@ -105,9 +106,11 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
-        #: the selector of the loop the broker runs on, when it can busy poll
-        #: (eventLoopBusyPollUs, pyrmq/broker/busy_poll.py; found at start)
+        #: the busy poller of the loop the broker runs on (eventLoopBusyPollUs,
+        #: pyrmq/broker/busy_poll.py; found at start), and what it tells of
+        #: polling turned on or off (a LoopPoller: the server's read hook)
         self.busy_poller: PollWindow | None = None
+        self._poll_watcher: Callable[[bool], None] | None = None
         #: "asyncio" or "uvloop": the event loop the broker runs on (found at start)
         self.event_loop = ""
         #: master or slave, replication, controller mode's role changes
@@ -589,11 +592,12 @@ class Broker:
         if not isinstance(poller, LoopPoller):
             return
 
-        def on_change(on: bool) -> None:
+        def polling(on: bool) -> None:
             server.set_read_hook(poller.touch if on else None)
 
-        poller.on_change = on_change
-        on_change(bool(poller.max_us))
+        self._poll_watcher = polling
+        poller.watch(polling)
+        polling(bool(poller.max_us))
 
     def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
         self.config = config
@@ -708,6 +712,8 @@ class Broker:
     async def shutdown(self) -> None:
         if self.busy_poller is not None:
             self.busy_poller.max_us = 0  # the loop may run on after the broker
+            if isinstance(self.busy_poller, LoopPoller) and self._poll_watcher is not None:
+                self.busy_poller.unwatch(self._poll_watcher)
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

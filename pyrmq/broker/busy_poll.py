@@ -146,8 +146,9 @@ class LoopPoller(PollWindow):
     sockets with timeout 0 meanwhile. A read served while it spins is a hit
     and starts a new window; the window adapts as BusyPollSelector's does,
     an idle period running from the end of the loop's work to the read
-    that ends it. `on_change(True|False)` is told when polling turns on or
-    off (the Broker installs or removes the read hook)."""
+    that ends it. Each function watch()ed is told True or False when
+    polling turns on or off (a Broker installs or removes its server's read
+    hook; brokers embedded in one process share their loop's poller)."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, clock: Callable[[], float] = time.perf_counter
@@ -155,7 +156,7 @@ class LoopPoller(PollWindow):
         super().__init__()
         self._loop = loop
         self._clock = clock
-        self.on_change: Callable[[bool], None] | None = None
+        self._watchers: list[Callable[[bool], None]] = []
         self._spinning = False
         self._touched = False
         #: when the current window ends (0: the next _spin opens one)
@@ -169,8 +170,16 @@ class LoopPoller(PollWindow):
     def _max_changed(self, us: int) -> None:
         if not us:
             self._idle_since = None
-        if self.on_change is not None:
-            self.on_change(bool(us))
+        for watcher in list(self._watchers):
+            watcher(bool(us))
+
+    def watch(self, watcher: Callable[[bool], None]) -> None:
+        """Tell watcher(on) whenever polling turns on or off."""
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Callable[[bool], None]) -> None:
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
 
     def touch(self) -> None:
         """A read is being served: start polling once the loop's work is done."""
@@ -224,11 +233,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     loop = asyncio.SelectorEventLoop(selector)
     _POLLERS[loop] = selector
     return loop
-
-
-def selector_of(loop: asyncio.AbstractEventLoop) -> BusyPollSelector | None:
-    poller = _POLLERS.get(loop)
-    return poller if isinstance(poller, BusyPollSelector) else None
 
 
 def poller_for(loop: asyncio.AbstractEventLoop) -> PollWindow:

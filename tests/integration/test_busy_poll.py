@@ -92,8 +92,8 @@ def test_asyncio_on_it_keeps_time_and_order() -> None:
     """A loop on the selector, polling with the longest window: timers fire
     no earlier than asked, and a socket round trip on the same loop works."""
     loop = busy_poll.new_event_loop()
-    selector = busy_poll.selector_of(loop)
-    assert selector is not None
+    selector = busy_poll.poller_for(loop)
+    assert isinstance(selector, BusyPollSelector)
     selector.max_us = busy_poll.POLL_MAX_US
 
     async def main() -> list[bytes]:
@@ -131,7 +131,6 @@ def test_each_loop_gets_its_poller() -> None:
     a LoopPoller; a loop's polled time is taken off its work time."""
     other = asyncio.new_event_loop()
     try:
-        assert busy_poll.selector_of(other) is None
         assert busy_poll.status(None) == {}
         t0 = time.thread_time()
         assert t0 <= busy_poll.work_time(other)() <= time.thread_time()  # nothing polled
@@ -142,9 +141,8 @@ def test_each_loop_gets_its_poller() -> None:
         other.close()
     loop = busy_poll.new_event_loop()
     try:
-        sel = busy_poll.selector_of(loop)
-        assert sel is not None and sel.max_s == 0  # off until configured
-        assert busy_poll.poller_for(loop) is sel
+        sel = busy_poll.poller_for(loop)
+        assert isinstance(sel, BusyPollSelector) and sel.max_s == 0  # off until configured
         sel.spun_s = 1000.0
         assert busy_poll.work_time(loop)() < 0  # the polled time is taken off
     finally:
@@ -158,7 +156,7 @@ def _loop_poller_round_trips(loop: asyncio.AbstractEventLoop) -> dict[str, float
     poller = busy_poll.poller_for(loop)
     assert isinstance(poller, LoopPoller)
     told: list[bool] = []
-    poller.on_change = told.append
+    poller.watch(told.append)
     poller.max_us = busy_poll.POLL_MAX_US
 
     class Echo(asyncio.Protocol):
@@ -227,6 +225,25 @@ def test_loop_poller_off_does_nothing() -> None:
         poller = LoopPoller(loop)
         poller.touch()  # off: no callback queued, nothing counted
         assert not poller._spinning and poller.polls == 0
+    finally:
+        loop.close()
+
+
+def test_loop_poller_tells_every_watcher() -> None:
+    """Brokers embedded in one process share their loop's poller: each one's
+    watcher (its server's read hook) hears polling turn on and off, until
+    it stops watching."""
+    loop = asyncio.new_event_loop()
+    try:
+        poller = LoopPoller(loop)
+        a: list[bool] = []
+        b: list[bool] = []
+        poller.watch(a.append)
+        poller.watch(b.append)
+        poller.max_us = 100
+        poller.unwatch(a.append)
+        poller.max_us = 0
+        assert (a, b) == ([True], [True, False])
     finally:
         loop.close()
 
