@@ -362,7 +362,7 @@ class Broker:
         if cfg.send_fast_path_enable:
             sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
             sp.fast.lanes = cfg.send_message_thread_pool_nums - 1
-            sp.fast.after_answers = self.pull_processor.wake_held
+            sp.fast.wake_pulls = self.pull_processor.wake_held
         for code in (
             RequestCode.SEND_MESSAGE,
             RequestCode.SEND_MESSAGE_V2,

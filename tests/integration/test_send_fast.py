@@ -422,8 +422,8 @@ async def _pull_held_behind_first_send(
 
 def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
     """A pull held on a queue is answered inside the read callback whose
-    send, served in C, woke it (SendFastPath.after_answers, the pull
-    processor's wake_held), right after that send's answer: not at the
+    send, served in C, woke it (SendFastPath.wake_pulls, the pull
+    processor's wake_held), just before that send's answer: not at the
     event loop's next iteration."""
 
     async def main() -> None:

@@ -107,7 +107,7 @@ class SendFastPath:
         #: called after a chunk's puts, before its answers, when they
         #: touched a queue (the broker's PullMessageProcessor.wake_held: the
         #: pulls they woke are answered in the same loop iteration)
-        self.after_answers: Callable[[], None] | None = None
+        self.wake_pulls: Callable[[], None] | None = None
 
     def learn(self, topic: str, queue_nums: int) -> None:
         """The Python path found topic fit for a plain send."""
@@ -272,9 +272,9 @@ class SendFastPath:
             self._store.appended(chunk.needs_allocate, chunk.touched)
         except Exception:
             log.exception("arrival notices after %d sends served in C failed", n)
-        if chunk.touched and self.after_answers is not None:
+        if chunk.touched and self.wake_pulls is not None:
             try:
-                self.after_answers()
+                self.wake_pulls()
             except Exception:
                 log.exception("waking the pulls after %d sends served in C failed", n)
 
