@@ -170,8 +170,9 @@ void rmq_mapped_file_set_warmed(rmq_mapped_file_t *f, int64_t to) {
     __atomic_store_n(&f->warmed_to, to, __ATOMIC_RELEASE);
 }
 
-void rmq_mapped_file_warm(rmq_mapped_file_t *f) {
-    (void)madvise(f->base, (size_t)f->file_size, MADV_POPULATE_READ);
+void rmq_mapped_file_warm(rmq_mapped_file_t *f, int64_t len) {
+    if (len > f->file_size) len = f->file_size;
+    if (len > 0) (void)madvise(f->base, (size_t)len, MADV_POPULATE_READ);
 }
 
 void rmq_mapped_file_warm_write(rmq_mapped_file_t *f, int64_t from, int64_t len) {

@@ -48,9 +48,10 @@ int rmq_mapped_file_create_filled(const char *path, int64_t file_size, int64_t f
  * reserved: written by rmq_mapped_file_create_filled). Any thread. */
 void rmq_mapped_file_set_warmed(rmq_mapped_file_t *f, int64_t to);
 
-/* Fault the mapping's pages into the page cache read-only (MADV_POPULATE_READ)
- * so the first writes take cheap write-protect faults. Blocking; best effort. */
-void rmq_mapped_file_warm(rmq_mapped_file_t *f);
+/* Fault the mapping's first len bytes into the page cache read-only
+ * (MADV_POPULATE_READ) so the first writes there take cheap write-protect
+ * faults. Blocking; best effort. */
+void rmq_mapped_file_warm(rmq_mapped_file_t *f, int64_t len);
 
 /* Write-fault [from, from+len) in (MADV_POPULATE_WRITE): later writes there
  * take no page fault. The pages start dirty (zeros), which costs nothing

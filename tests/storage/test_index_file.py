@@ -225,6 +225,33 @@ def test_layout_is_rocketmq_bytes(tmp_path):
     assert slot_vals[h2 % slots] == 2
 
 
+def resident_bytes(path):
+    """Bytes of this process's mappings of path in memory (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):  # a mapping's first line
+                inside = line.rstrip().endswith(" " + str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_a_new_file_faults_in_its_hash_slots_not_its_entries(tmp_path):
+    """Slots are written at random, so a new file's are faulted in when it
+    is made; entries are appended in order and are not (at the default
+    sizes they are 400 MB, a second of a core to fault in)."""
+    slots, num = 1_000_000, 2_000_000  # 4 MB of slots, 40 MB of entries
+    path = tmp_path / "idx"
+    f = IndexFile(path, slots, num)
+    try:
+        assert resident_bytes(path) <= HEADER + slots * 4 + (1 << 20)
+        assert f.put("T", "k", 1, T0) == lib.RMQ_OK and f.select("T", "k") == [1]
+    finally:
+        f.close()
+
+
 def test_min_value_hash_is_zero(tmp_path):
     key = MIN_VALUE_KEY
     assert java_hash(f"T#{key}") == -(1 << 31)
