@@ -14,7 +14,7 @@ from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
 from pyrmq.broker import busy_poll
-from pyrmq.broker.busy_poll import LoopPoller, PollWindow
+from pyrmq.broker.busy_poll import BusyPollSelector, LoopPoller, PollWindow
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -108,7 +108,7 @@ class Broker:
         self._started_at = time.time()
         #: the busy poller of the loop the broker runs on (eventLoopBusyPollUs,
         #: pyrmq/broker/busy_poll.py; found at start), and what it tells of
-        #: polling turned on or off (a LoopPoller: the server's read hook)
+        #: polling turned on or off (a LoopPoller: the send processor's on_send)
         self.busy_poller: PollWindow | None = None
         self._poll_watcher: Callable[[bool], None] | None = None
         #: "asyncio" or "uvloop": the event loop the broker runs on (found at start)
@@ -357,8 +357,8 @@ class Broker:
             frame_read_timeout=cfg.server_frame_read_timeout_ms / 1000,
             tls=self.tls,
         )
-        self._poll_after_reads(server)
         sp = self.send_processor
+        self._poll_after_sends(sp)
         if cfg.send_fast_path_enable:
             sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
             sp.fast.lanes = cfg.send_message_thread_pool_nums - 1
@@ -575,6 +575,7 @@ class Broker:
         rc.bind("sendThreadPoolQueueCapacity", (sp, "send_queue_capacity"))
         if self.busy_poller is not None:
             rc.bind("eventLoopBusyPollUs", (self.busy_poller, "max_us"))
+            rc.bind("eventLoopBusyPollSparePercent", (self.busy_poller, "spare_percent"))
         return rc
 
     def _start_busy_poll(self) -> None:
@@ -582,18 +583,27 @@ class Broker:
         self.event_loop = type(loop).__module__.partition(".")[0]
         poller = self.busy_poller = busy_poll.poller_for(loop)
         us = poller.max_us = self.config.event_loop_busy_poll_us
-        polls = f", polls for up to {us} µs before it sleeps (eventLoopBusyPollUs)" if us else ""
+        spare = poller.spare_percent = self.config.event_loop_busy_poll_spare_percent
+        polls = (
+            f", polls for up to {us} µs before it sleeps (eventLoopBusyPollUs) while "
+            f"{spare}% of a CPU is spare (eventLoopBusyPollSparePercent)"
+            if us
+            else ""
+        )
         log.info("event loop: %s%s", self.event_loop, polls)
 
-    def _poll_after_reads(self, server: RemotingServer) -> None:
-        """A LoopPoller starts after the server's reads: its read hook is
-        installed while polling is on (busy_poll.py)."""
+    def _poll_after_sends(self, sp: SendMessageProcessor) -> None:
+        """The loop polls after the sends it served: the send processor
+        touches the poller (a LoopPoller's touch() only while polling is on,
+        busy_poll.py)."""
         poller = self.busy_poller
+        if isinstance(poller, BusyPollSelector):
+            sp.on_send = poller.touch
         if not isinstance(poller, LoopPoller):
             return
 
         def polling(on: bool) -> None:
-            server.set_read_hook(poller.touch if on else None)
+            sp.on_send = poller.touch if on else None
 
         self._poll_watcher = polling
         poller.watch(polling)

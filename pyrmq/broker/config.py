@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import rmqcore
-from pyrmq.broker.busy_poll import POLL_MAX_US
+from pyrmq.broker.busy_poll import (
+    DEFAULT_SPARE_PERCENT,
+    POLL_MAX_US,
+    SPARE_PERCENT_MAX,
+    default_poll_us,
+)
 from pyrmq.common.config_file import camel_case, read_properties, settings_from_properties
 from pyrmq.common.errors import ClientError
 from pyrmq.common.message import local_ip
@@ -177,12 +182,17 @@ class BrokerConfig:
     #: that arrives runs sooner. 0: always the kernel's default (0.75 ms
     #: times 1 + log2(CPUs)), or rmqcore.SCHED_SLICE_MIN_US..MAX_US (100..100000)
     event_loop_sched_slice_us: int = 400
-    #: pyrmq: how long, in µs, the event loop of `pyrmq broker` and `pyrmq
-    #: standalone` polls its sockets before it sleeps, the window adapting to
-    #: how close together requests come (pyrmq/broker/busy_poll.py). It
-    #: spends the broker's idle CPU on a lone client's round trips: 0 (off)
-    #: or 1..1000; 100 suits request/response traffic on a VM
-    event_loop_busy_poll_us: int = 0
+    #: pyrmq: how long, in µs, the broker's event loop polls its sockets
+    #: before it sleeps, the window adapting to how close together requests
+    #: come (pyrmq/broker/busy_poll.py). It spends the broker's idle CPU on
+    #: a lone client's round trips: 0 (off) or 1..1000; by default 100 where
+    #: the broker can use two CPUs or more, 0 where it has one
+    event_loop_busy_poll_us: int = dataclasses.field(default_factory=default_poll_us)
+    #: pyrmq: the CPU, in percent of one CPU, that must have been idle (or
+    #: spent polling) over the last 0.2 s on the CPUs the broker may run on
+    #: for its loop to poll: 100, a whole CPU to spare, by default; 0 polls
+    #: whatever the load (pyrmq/broker/busy_poll.py)
+    event_loop_busy_poll_spare_percent: int = DEFAULT_SPARE_PERCENT
     duplicate_detection_window_seconds: int = 120
     #: UNIQ_KEY (the client's message id, kept across retries by Java's and
     #: pyrmq's clients) or KEYS (the message's keys; for the C++ client,
@@ -297,6 +307,11 @@ class BrokerConfig:
             raise ClientError(
                 f"eventLoopBusyPollUs={self.event_loop_busy_poll_us}: expected 0 (off) "
                 f"or 1..{POLL_MAX_US} µs"
+            )
+        if not 0 <= self.event_loop_busy_poll_spare_percent <= SPARE_PERCENT_MAX:
+            raise ClientError(
+                f"eventLoopBusyPollSparePercent={self.event_loop_busy_poll_spare_percent}: "
+                f"expected 0 (poll whatever the load) to {SPARE_PERCENT_MAX} (percent of one CPU)"
             )
         if self.client_channel_max_idle_time_ms <= 0 or self.server_frame_read_timeout_ms <= 0:
             raise ClientError("clientChannelMaxIdleTimeMs and serverFrameReadTimeoutMs must be > 0")

@@ -194,8 +194,6 @@ class Connection(asyncio.BufferedProtocol):
         self.split_busy = False
         #: while split_busy, the hold on reading taken when too much was kept
         self.split_held: asyncio.Future[None] | None = None
-        #: called at each read (the broker's busy poller, while it polls)
-        self.read_hook: Callable[[], None] | None = None
 
     def set_fast_path(self, fast: FastPath) -> None:
         """Frames are split by fast, which may serve some requests itself
@@ -324,8 +322,6 @@ class Connection(asyncio.BufferedProtocol):
         """Bytes from the peer: every whole frame is served (or answers its
         request), the rest kept. data is not kept: it may be the shared
         read buffer."""
-        if self.read_hook is not None:
-            self.read_hook()
         now = self.last_active = time.monotonic()
         first = not self._received_any
         self._received_any = True

@@ -89,8 +89,6 @@ class RemotingServer:
         #: splits the frames of every connection accepted from now on, and
         #: may serve requests itself (the broker's C send path)
         self.fast_path: FastPath | None = None
-        #: called at each read on any connection (set_read_hook)
-        self.read_hook: Callable[[], None] | None = None
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -148,13 +146,6 @@ class RemotingServer:
             skip += random.randint(1, 2 * every - 1) if every > 1 else 1
         self._rpc_skip = skip
 
-    def set_read_hook(self, hook: Callable[[], None] | None) -> None:
-        """Call hook at each read on every connection, open or to come
-        (None: stop; the broker's LoopPoller, pyrmq/broker/busy_poll.py)."""
-        self.read_hook = hook
-        for conn in self.connections:
-            conn.read_hook = hook
-
     def connection_closed(self, conn: Connection) -> None:
         """conn closed: the close listeners are told (the gRPC proxy's
         in-process channels call it themselves)."""
@@ -171,7 +162,6 @@ class RemotingServer:
         )
         if self.fast_path is not None:
             conn.set_fast_path(self.fast_path)
-        conn.read_hook = self.read_hook
         return conn
 
     def _new_connection(self) -> Connection:

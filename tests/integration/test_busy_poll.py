@@ -1,11 +1,15 @@
 """The broker's event loop polls its sockets for an adaptive window before
-it sleeps (eventLoopBusyPollUs; pyrmq/broker/busy_poll.py)."""
+it sleeps (eventLoopBusyPollUs; pyrmq/broker/busy_poll.py): by default
+where it can use two CPUs or more."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -70,8 +74,13 @@ def test_a_poll_catches_a_write(pair: tuple[socket.socket, socket.socket]) -> No
     sel = BusyPollSelector()
     sel.register(a, 1)
     sel.max_us = busy_poll.POLL_MAX_US
+    sel.spare_percent = 0  # poll whatever else this machine is running
     sel.max_s = sel.window_s = 5.0  # long enough for a thread to be scheduled
+    assert sel.select(0) == [] and sel.polls == 0
+    sel.select(0.01)  # nothing served since the last select: no poll
+    assert sel.polls == 0
     writer = threading.Thread(target=b.send, args=(b"x",))
+    sel.touch()  # a send was served: the next select polls
     t0 = time.monotonic()
     writer.start()
     ready = sel.select(30)
@@ -83,6 +92,7 @@ def test_a_poll_catches_a_write(pair: tuple[socket.socket, socket.socket]) -> No
     # nothing to read: the poll runs out at the timeout, not later
     a.recv(1)
     sel.window_s = 0.05
+    sel.touch()
     assert sel.select(0.02) == []
     assert (sel.polls, sel.hits) == (2, 1)
     sel.close()
@@ -95,10 +105,12 @@ def test_asyncio_on_it_keeps_time_and_order() -> None:
     selector = busy_poll.poller_for(loop)
     assert isinstance(selector, BusyPollSelector)
     selector.max_us = busy_poll.POLL_MAX_US
+    selector.spare_percent = 0
 
     async def main() -> list[bytes]:
         async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             while line := await r.readline():
+                selector.touch()  # as the broker's sends do
                 w.write(line)
             w.close()
 
@@ -158,6 +170,7 @@ def _loop_poller_round_trips(loop: asyncio.AbstractEventLoop) -> dict[str, float
     told: list[bool] = []
     poller.watch(told.append)
     poller.max_us = busy_poll.POLL_MAX_US
+    poller.spare_percent = 0
 
     class Echo(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -219,6 +232,49 @@ def test_loop_poller_polls_after_reads_and_stops_when_idle(kind: str) -> None:
     assert r["told"] == [True, False], r
 
 
+def test_polling_waits_for_a_cpu_to_spare() -> None:
+    """A window opens only while the CPUs had spare_percent of one CPU idle,
+    or polled away by this loop, over the last look; polling that runs
+    stops below SPARE_OFF of that and starts again at it."""
+    idle = [100.0]  # the CPUs' idle seconds since boot
+    w = busy_poll.PollWindow(idle_s=lambda: idle[0])
+    w.max_us = 100
+    assert w.spare_percent == 100 and w.may_poll(10.0) and w.spare_cpus is None
+
+    def at(t: float, idle_for: float, spun_for: float = 0.0) -> bool:
+        idle[0] += idle_for
+        w.spun_s += spun_for
+        return w.may_poll(t)
+
+    assert busy_poll.SPARE_INTERVAL == 0.2 and busy_poll.SPARE_OFF == 0.75
+    # looks 0.25 s apart
+    assert not at(10.25, 0.125)  # 0.5 CPU spare: below 0.75 of one
+    assert w.spare_cpus == pytest.approx(0.5)
+    assert not at(10.375, 0.1)  # too soon to look again
+    assert not at(10.5, 0.125)  # 0.9 over the 0.25 s: not yet the whole CPU
+    assert at(10.75, 0.275)  # 1.1
+    assert at(11.0, 0.125, 0.075)  # 0.5 idle + 0.3 polled: 0.8, still above 0.75
+    assert not at(11.25, 0.125, 0.05)  # 0.7
+    w.spare_percent = 0
+    assert at(11.3, 0.0)  # 0: whatever the load
+    blind = busy_poll.PollWindow(idle_s=lambda: None)  # no /proc/stat
+    assert all(blind.may_poll(t) for t in (0.0, 1.0, 2.0)) and blind.spare_cpus is None
+
+
+def test_cpus_idle_s_counts_the_cpus_this_process_may_run_on(tmp_path: pathlib.Path) -> None:
+    mine = sorted(os.sched_getaffinity(0))
+    lines = ["cpu  1 2 3 999999 999999 0 0 0 0 0"]
+    lines += [f"cpu{n} 10 0 10 {100 * (n + 1)} 50 0 0 0 0 0" for n in mine]
+    lines += [f"cpu{mine[-1] + 1} 1 1 1 777777 777777 0 0 0 0 0", "intr 1 2 3"]
+    stat = tmp_path / "stat"
+    stat.write_text("\n".join(lines) + "\n")
+    ticks = sum(100 * (n + 1) + 50 for n in mine)
+    assert busy_poll.cpus_idle_s(str(stat)) == pytest.approx(ticks / os.sysconf("SC_CLK_TCK"))
+    assert busy_poll.cpus_idle_s(str(tmp_path / "missing")) is None
+    real = busy_poll.cpus_idle_s()
+    assert real is not None and real > 0
+
+
 def test_loop_poller_off_does_nothing() -> None:
     loop = asyncio.new_event_loop()
     try:
@@ -248,11 +304,66 @@ def test_loop_poller_tells_every_watcher() -> None:
         loop.close()
 
 
+def _cgroup(root: pathlib.Path, path: str, limits: dict[str, str]) -> pathlib.Path:
+    """A cgroup v2 tree under root with cpu.max files (path -> content);
+    the /proc/self/cgroup that puts a process at path."""
+    for where, cpu_max in limits.items():
+        d = root / where.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cpu.max").write_text(cpu_max + "\n")
+    proc = root / "proc-self-cgroup"
+    proc.write_text(f"1:cpu:/\n0::{path}\n")
+    return proc
+
+
+def test_usable_cpus_reads_the_affinity_and_cgroup_quotas(tmp_path: pathlib.Path) -> None:
+    mine = len(os.sched_getaffinity(0))
+    root = tmp_path / "cg"
+    root.mkdir()
+
+    def usable(path: str, limits: dict[str, str]) -> float:
+        return busy_poll.usable_cpus(str(root), str(_cgroup(root, path, limits)))
+
+    assert busy_poll.usable_cpus(str(root), str(tmp_path / "missing")) == mine
+    assert usable("/", {}) == mine  # no cpu.max: no quota
+    assert usable("/a/b", {"/a/b": "max 100000", "/a": "max 100000"}) == mine
+    # a container's --cpus 1.5, on its own cgroup or on a parent's
+    assert usable("/a/b", {"/a/b": "150000 100000"}) == min(mine, 1.5)
+    assert usable("/c/d", {"/c": "50000 100000", "/c/d": "max 100000"}) == 0.5
+    assert usable("/e", {"/e": "garbage"}) == mine
+
+
+def test_polling_is_on_by_default_only_with_two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cpus, us in ((1, 0), (1.5, 0), (2, busy_poll.DEFAULT_POLL_US), (16, 100)):
+        monkeypatch.setattr(busy_poll, "usable_cpus", lambda c=cpus: c)
+        assert busy_poll.default_poll_us() == us
+        assert BrokerConfig().event_loop_busy_poll_us == us
+        assert BrokerConfig(event_loop_busy_poll_us=250).event_loop_busy_poll_us == 250
+
+
+def test_a_broker_on_one_cpu_does_not_poll_by_default() -> None:
+    """The default as a process pinned to one CPU (taskset -c 0) gets it."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from pyrmq.broker.config import BrokerConfig; "
+        "print(BrokerConfig().event_loop_busy_poll_us)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["0"], r
+
+
 @pytest.mark.parametrize("bad", [-1, busy_poll.POLL_MAX_US + 1])
 def test_the_setting_is_checked(bad: int) -> None:
     BrokerConfig(event_loop_busy_poll_us=busy_poll.POLL_MAX_US)
     with pytest.raises(ClientError, match="eventLoopBusyPollUs"):
         BrokerConfig(event_loop_busy_poll_us=bad)
+
+
+@pytest.mark.parametrize("bad", [-1, busy_poll.SPARE_PERCENT_MAX + 1])
+def test_the_spare_setting_is_checked(bad: int) -> None:
+    BrokerConfig(event_loop_busy_poll_spare_percent=busy_poll.SPARE_PERCENT_MAX)
+    with pytest.raises(ClientError, match="eventLoopBusyPollSparePercent"):
+        BrokerConfig(event_loop_busy_poll_spare_percent=bad)
 
 
 @pytest.mark.parametrize("line", ["eventLoopBusyPollUs=5000", "eventLoopSchedSliceUs=50"])
@@ -293,6 +404,8 @@ async def _off_then_on(server: StandaloneProcess) -> tuple[dict[str, str], dict[
         off = await _lone_sends_until_polled(p, admin, server.broker, 3)
         with pytest.raises(InvalidParameterError, match="eventLoopBusyPollUs=5000"):
             await admin.update_broker_config({"eventLoopBusyPollUs": "5000"}, server.broker)
+        with pytest.raises(InvalidParameterError, match="eventLoopBusyPollSparePercent=-1"):
+            await admin.update_broker_config({"eventLoopBusyPollSparePercent": "-1"}, server.broker)
         await admin.update_broker_config({"eventLoopBusyPollUs": "1000"}, server.broker)
         return off, await _lone_sends_until_polled(p, admin, server.broker, 60)
 
@@ -307,7 +420,15 @@ def test_standalone_polls_as_configured_and_updated(
         "metricsPromExporterHost": "127.0.0.1",
         "metricsPromExporterPort": 0,
     }
-    server = StandaloneProcess(tmp_path, {**SMALL_STORE, **metrics})
+    # off in broker.conf (the default polls where there are two CPUs), and
+    # polling, once on, whatever else this machine runs
+    settings = {
+        **SMALL_STORE,
+        **metrics,
+        "eventLoopBusyPollUs": 0,
+        "eventLoopBusyPollSparePercent": 0,
+    }
+    server = StandaloneProcess(tmp_path, settings)
     server.args += ["--event-loop", event_loop]
     server.start()
     try:
@@ -319,6 +440,7 @@ def test_standalone_polls_as_configured_and_updated(
         assert server.stop() == 0
     assert off["eventLoopBusyPollUs"] == "0" and off["eventLoopBusyPollIdles"] == "0", off
     assert on["eventLoopBusyPollUs"] == "1000", on
+    assert on["eventLoopBusyPollSparePercent"] == "0", on
     # each send waits for its answer: the broker's loop idles between two,
     # and one idle shorter than 1 ms opens the window
     assert int(on["eventLoopBusyPollIdles"]) > 0, f"no poll in {on['sent']} sends: {on}"

@@ -14,6 +14,7 @@ import logging
 import random
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -130,6 +131,9 @@ class SendMessageProcessor:
         timer_max_delay_ms: int | None = None,
     ) -> None:
         self.store = store
+        #: called as each request of sends is served, here or on the C send
+        #: path (the broker's busy poller's touch(), pyrmq/broker/busy_poll.py)
+        self.on_send: Callable[[], None] | None = None
         #: timerWheelEnable and timerMaxDelaySec: timed messages (5.x
         #: delivery timestamps) go to the timer (None: stored as they are)
         self.timer_max_delay_ms = timer_max_delay_ms
@@ -200,6 +204,8 @@ class SendMessageProcessor:
     # -- SEND_MESSAGE / V2 / BATCH ----------------------------------------------
 
     def process_send(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+        if self.on_send is not None:
+            self.on_send()
         f = cmd.ext_fields
         if cmd.code != RequestCode.SEND_MESSAGE:
             f = {V2_FIELDS.get(k, k): v for k, v in f.items()}

@@ -256,6 +256,9 @@ class SendFastPath:
         caught-up consumer attached from 0.137 to 0.127 ms (bench/README.md,
         "The held pulls' answers before the producer's ack")."""
         self.served += chunk.handled
+        on_send = self._processor.on_send
+        if on_send is not None:
+            on_send()
         self._notify(chunk)
         try:
             self._answer(conn, chunk, t0)
