@@ -222,10 +222,9 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         ("p50 no worse than Redis XADD", 1.0, "pyrmq"),
         ("pyrmq's p50 ≤ 0.8x Redis's (issue 18)", 1.25, "pyrmq"),
         (
-            f"with eventLoopBusyPollUs={duel.get('busy_poll_us')}, pyrmq's p50 ≤ 0.8x Redis's "
-            "(issue 18)",
-            1.25,
-            "pyrmq-busypoll",
+            "with busy polling off (eventLoopBusyPollUs=0), p50 no worse than Redis",
+            1.0,
+            "pyrmq-nopoll",
         ),
     ):
         if not d or system not in d:
@@ -355,15 +354,17 @@ def duel_md(duel: dict[str, Any]) -> str:
         ]
         for name, v in d.items()
     ]
-    polled = ""
-    if duel.get("busy_poll_ratio"):
-        polled = (
-            f" With the broker busy polling (`pyrmq-busypoll`, eventLoopBusyPollUs="
-            f"{duel['busy_poll_us']}): {_r(duel['busy_poll_ratio'])}"
+    us = duel.get("busy_poll_us")
+    polled = (
+        f" pyrmq's broker, at its defaults, busy polled for up to {us} µs before it slept."
+        if us
+        else " pyrmq's broker, at its defaults, did not busy poll (one usable CPU)."
+    )
+    if duel.get("no_poll_ratio"):
+        polled += (
+            f" With busy polling off (`pyrmq-nopoll`, eventLoopBusyPollUs=0): "
+            f"{_r(duel['no_poll_ratio'])}."
         )
-        if duel.get("busy_poll_asyncio_ratio"):
-            polled += f"; on asyncio's loop: {_r(duel['busy_poll_asyncio_ratio'])}"
-        polled += "."
     return (
         f"Servers up at once, one client alternating {duel['rounds']} rounds of "
         f"{duel['seconds']:g} s ({duel['body']} B, order swapped every round; `bench.duel`). "

@@ -16,11 +16,11 @@ trips pooled; ``ratio`` is Redis's median p50 over pyrmq's (≥ 1: pyrmq no
 slower). ``pyrmq`` is a Producer with its defaults (auto_batch on);
 ``pyrmq-nobatch`` one with auto_batch=False, alternating in the same
 rounds: what client auto-batching costs a lone awaited send.
-``pyrmq-busypoll`` is a default Producer sending to a second standalone
-whose loop polls before it sleeps (eventLoopBusyPollUs=--busy-poll-us,
-100 unless told; 0 leaves it out), on the default loop (uvloop: a
-LoopPoller polls), and ``pyrmq-busypoll-asyncio`` to a third, the same on
-asyncio's loop (its selector polls). Each system's server CPU (all its
+``pyrmq`` sends to a standalone at its defaults, which busy polls where
+it can use two CPUs (eventLoopBusyPollUs 100; busy_poll.py);
+``pyrmq-nopoll`` (left out with --no-nopoll) is a default Producer sending
+to a second standalone with eventLoopBusyPollUs=0: what polling buys.
+Each system's server CPU (all its
 threads, /proc) over its rounds is reported per send: what the latency
 cost the server.
 
@@ -75,13 +75,14 @@ def run(
     seconds: float = 1.0,
     size: int = 128,
     log: Callable[[str], None] = lambda _m: None,
-    busy_poll_us: int = 100,
+    nopoll: bool = True,
 ) -> dict[str, Any]:
     """Start the servers under root, alternate `rounds` rounds, stop them."""
     from bench.client_bench import PyrmqAdapter
     from bench.peers import _servers, missing
     from bench.peers.redis_streams import RedisAdapter
     from pyrmq import Producer
+    from pyrmq.broker.busy_poll import default_poll_us
 
     why = missing("redis-everysec")
     if why:
@@ -89,14 +90,10 @@ def run(
     body = _e2e.body_of(size)
     with contextlib.ExitStack() as stack:
         psrv = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH"))
-        polled = polled_asyncio = None
-        if busy_poll_us:
-            conf = {"eventLoopBusyPollUs": busy_poll_us}
-            polled = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH", conf=conf))
-            # the same on asyncio's loop, whose selector polls (busy_poll.py)
-            polled_asyncio = stack.enter_context(
-                bl.standalone(root, "ASYNC_FLUSH", ("--event-loop", "asyncio"), conf=conf)
-            )
+        unpolled = None
+        if nopoll:
+            conf = {"eventLoopBusyPollUs": 0}
+            unpolled = stack.enter_context(bl.standalone(root, "ASYNC_FLUSH", conf=conf))
         rsrv = stack.enter_context(_servers.redis_server(root, "everysec"))
         log(f"duel: pyrmq pid {psrv.pid}, {rsrv.version} pid {rsrv.pid}")
         #: each system's server process, whose CPU time a send is charged
@@ -105,9 +102,8 @@ def run(
             "pyrmq-nobatch": psrv.cpu_s,
             "redis-everysec": rsrv.cpu_s,
         }
-        if polled is not None and polled_asyncio is not None:
-            server_cpu["pyrmq-busypoll"] = polled.cpu_s
-            server_cpu["pyrmq-busypoll-asyncio"] = polled_asyncio.cpu_s
+        if unpolled is not None:
+            server_cpu["pyrmq-nopoll"] = unpolled.cpu_s
 
         async def main() -> dict[str, Any]:
             async with contextlib.AsyncExitStack() as clients:
@@ -119,15 +115,11 @@ def run(
                     ("pyrmq", PyrmqAdapter(psrv, p)),
                     ("pyrmq-nobatch", PyrmqAdapter(psrv, p1)),
                 ]
-                for name, srv in (
-                    ("pyrmq-busypoll", polled),
-                    ("pyrmq-busypoll-asyncio", polled_asyncio),
-                ):
-                    if srv is not None:
-                        pp = await clients.enter_async_context(
-                            Producer(f"bench-duel-{name}", srv.namesrv)
-                        )
-                        adapters.append((name, PyrmqAdapter(srv, pp)))
+                if unpolled is not None:
+                    pp = await clients.enter_async_context(
+                        Producer("bench-duel-nopoll", unpolled.namesrv)
+                    )
+                    adapters.append(("pyrmq-nopoll", PyrmqAdapter(unpolled, pp)))
                 ra = await RedisAdapter.connect(rsrv.host, rsrv.port)
                 clients.push_async_callback(ra.close)
                 adapters.append(("redis-everysec", ra))
@@ -178,13 +170,12 @@ def run(
         "rounds": rounds,
         "seconds": seconds,
         "body": size,
-        "busy_poll_us": busy_poll_us,
+        #: eventLoopBusyPollUs the defaults gave `pyrmq` on this machine
+        "busy_poll_us": default_poll_us(),
         "systems": systems,
         "ratio": ratio("pyrmq"),
-        #: Redis's median p50 over pyrmq's with eventLoopBusyPollUs=busy_poll_us
-        "busy_poll_ratio": ratio("pyrmq-busypoll"),
-        #: the same with that broker on asyncio's loop (--event-loop asyncio)
-        "busy_poll_asyncio_ratio": ratio("pyrmq-busypoll-asyncio"),
+        #: Redis's median p50 over pyrmq's with eventLoopBusyPollUs=0
+        "no_poll_ratio": ratio("pyrmq-nopoll"),
         #: auto_batch on over off, median p50s (> 1: batching slower)
         "auto_batch_p50_ratio": round(p / nb, 3) if nb else None,
         "pyrmq_faster_rounds": sum(
@@ -448,10 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e", action="store_true", help="the produce-to-consume duel with NATS")
     ap.add_argument("--rate", type=float, default=1000.0, help="msgs/s of the --e2e duel")
     ap.add_argument(
-        "--busy-poll-us",
-        type=int,
-        default=100,
-        help="eventLoopBusyPollUs of the one-at-a-time duel's pyrmq-busypoll (0: no such system)",
+        "--nopoll",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the one-at-a-time duel also runs pyrmq-nopoll, a broker with eventLoopBusyPollUs=0",
     )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -461,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.pipelined:
         doc = run_pipelined(args.dir, args.rounds, args.seconds, args.size, log=log)
     else:
-        doc = run(args.dir, args.rounds, args.seconds, args.size, log, args.busy_poll_us)
+        doc = run(args.dir, args.rounds, args.seconds, args.size, log, args.nopoll)
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
     # both systems' clients ran on this interpreter: results differ by
     # version (from 3.12 pyrmq's listener starts eagerly, nats-py is slower)

@@ -20,7 +20,8 @@ Parts (bench/README.md, "Suite and peers", says what every figure means):
    Python client through the same cases, counts and sizes as part 2's;
    then bench.duel: awaited-send latency of pyrmq and Redis (everysec)
    in alternating rounds, the servers up at once (the latency target's
-   figure; pyrmq's broker at its defaults and with eventLoopBusyPollUs=100),
+   figure; pyrmq's broker at its defaults, which busy poll, and with
+   eventLoopBusyPollUs=0),
    and bench.duel --pipelined: auto-batched pipelined single sends beside
    Redis pipelined XADD, everysec and always (issue 18's targets).
 4. Backlog and recovery (bench.backlog), 5. scale (bench.scale), when
