@@ -221,7 +221,8 @@ class PollWindow:
 
 class BusyPollSelector(PollWindow, selectors.DefaultSelector):
     """The platform's default selector (epoll on Linux) that, when asked to
-    wait, first polls with timeout 0 for up to `window_s`."""
+    wait after a send was served (touch()), first polls with timeout 0 for
+    up to `window_s`."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__()
