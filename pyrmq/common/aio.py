@@ -27,6 +27,16 @@ async def wait_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
         loop.remove_writer(fd)
 
 
+def write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """writer.write(data), or ConnectionResetError once the peer's close has
+    been seen: asyncio's loop drops a write to a closed transport (and logs
+    it after a few), uvloop's raises RuntimeError ("the handler is closed"),
+    which a task catching connection errors would die of."""
+    if writer.is_closing():
+        raise ConnectionResetError("the connection was closed")
+    writer.write(data)
+
+
 def start_eager(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
     """A task that runs `coro` at once, up to its first real wait, as
     Python 3.12's eager tasks do (``asyncio.Task(..., eager_start=True)``),

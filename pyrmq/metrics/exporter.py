@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pyrmq.common import aio
 from pyrmq.common.errors import ClientError
 from pyrmq.common.listen import AcceptingServer, start_stream_server
 from pyrmq.common.threads import single_thread_executor
@@ -214,5 +215,5 @@ async def _reply(writer: asyncio.StreamWriter, status: int, body: bytes) -> None
         f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
-    writer.write(head.encode("latin-1") + body)
+    aio.write(writer, head.encode("latin-1") + body)
     await writer.drain()

@@ -18,6 +18,7 @@ from typing import Any
 
 from pyrmq.broker.ha import protocol
 from pyrmq.broker.ha.epoch import EpochFileCache
+from pyrmq.common import aio
 from pyrmq.common.errors import CorruptStoreError, StoreError
 from pyrmq.storage import MessageStore
 
@@ -143,7 +144,7 @@ class HAClient:
         host, _, port = addr.rpartition(":")
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5.0)
         try:
-            writer.write(protocol.encode_hello(self._hello()))
+            aio.write(writer, protocol.encode_hello(self._hello()))
             answer = await asyncio.wait_for(protocol.read_hello(reader), 10.0)
             if not answer.get("ok"):
                 self.last_refusal = str(answer.get("error"))
@@ -224,4 +225,4 @@ class HAClient:
             await writer.drain()
 
     def _report(self, writer: asyncio.StreamWriter, offset: int) -> None:
-        writer.write(protocol.OFFSET.pack(offset))
+        aio.write(writer, protocol.OFFSET.pack(offset))

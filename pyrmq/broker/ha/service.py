@@ -20,6 +20,7 @@ from typing import Any
 
 from pyrmq.broker.ha import protocol
 from pyrmq.broker.ha.epoch import EpochFileCache, consistent_offset
+from pyrmq.common import aio
 from pyrmq.common.listen import AcceptingServer, start_stream_server
 from pyrmq.common.threads import single_thread_executor
 from pyrmq.storage import MessageStore
@@ -326,7 +327,11 @@ class HAConnection:
             log.warning("HA: connection from %s is not a slave's handshake: %s", self.peer, e)
             return
         answer = svc.handshake_answer(hello, self.peer)
-        self.writer.write(protocol.encode_hello(answer))
+        try:
+            aio.write(self.writer, protocol.encode_hello(answer))
+        except ConnectionError as e:
+            log.warning("HA: %s closed before the handshake's answer: %s", self.peer, e)
+            return
         if not answer["ok"]:
             svc.refused += 1
             log.error("HA: refused slave: %s", answer["error"])
@@ -397,8 +402,8 @@ class HAConnection:
                     data = await loop.run_in_executor(svc._reader, store.core.read, at, n)
                 else:
                     data = store.core.read(at, n)
-                self.writer.write(protocol.encode_frame_header(at, data))
-                self.writer.write(data)
+                aio.write(self.writer, protocol.encode_frame_header(at, data))
+                aio.write(self.writer, data)
                 self.next_offset = at + n
                 last_sent = svc._clock()
                 if not self._marks or self._marks[-1][0] < top:
@@ -413,7 +418,7 @@ class HAConnection:
                 )
             if now - last_sent >= svc.heartbeat_interval:
                 # a heartbeat carries the master's write position
-                self.writer.write(protocol.FRAME.pack(top, 0, 0))
+                aio.write(self.writer, protocol.FRAME.pack(top, 0, 0))
                 last_sent = now
                 await self.writer.drain()
             with contextlib.suppress(TimeoutError):
