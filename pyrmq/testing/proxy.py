@@ -22,6 +22,8 @@ import socket
 import struct
 from typing import Literal
 
+from pyrmq.common import aio
+
 __all__ = ["FaultProxy"]
 
 log = logging.getLogger("pyrmq.testing")
@@ -160,7 +162,7 @@ class _Pipe:
                 due, data = item
                 if (wait := due - loop.time()) > 0:
                     await asyncio.sleep(wait)
-                writer.write(data)
+                aio.write(writer, data)  # a reset peer: OSError on any loop
                 self._proxy._forwarded(direction, len(data))
                 await writer.drain()
             if writer.can_write_eof():

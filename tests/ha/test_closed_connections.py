@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from pyrmq.common import aio
-from tests.ha.test_refusals import broker
+from tests.ha.test_refusals import slave_of
 
 LOOPS = ["asyncio", "uvloop"]
 
@@ -96,12 +96,7 @@ def test_a_slave_keeps_connecting_to_a_master_that_resets_it(
 
         server = await asyncio.start_server(refuse, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        slave = broker(
-            tmp_path / "s",
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{port}",
-        )
+        slave = slave_of(tmp_path / "s", f"127.0.0.1:{port}")
         await slave.start()
         try:
             client = slave.ha_client

@@ -51,6 +51,11 @@ def broker(root: pathlib.Path, namesrv: str = "", **kw: Any) -> Broker:
     return Broker(cfg, store_config(root, segment=segment))
 
 
+def slave_of(root: pathlib.Path, ha_addr: str, **kw: Any) -> Broker:
+    """A SLAVE (brokerId 1) replicating from the master's HA address."""
+    return broker(root, broker_role="SLAVE", broker_id=1, ha_master_address=ha_addr, **kw)
+
+
 def put(b: Broker, n: int, topic: str = "RefT") -> None:
     assert b.store is not None
     for i in range(n):
@@ -72,13 +77,7 @@ def test_slave_of_another_broker_name_or_segment_size_is_refused(
         ]
         try:
             for name, kw, why in cases:
-                slave = broker(
-                    tmp_path / name,
-                    broker_role="SLAVE",
-                    broker_id=1,
-                    ha_master_address=ha_addr,
-                    **kw,
-                )
+                slave = slave_of(tmp_path / name, ha_addr, **kw)
                 await slave.start()
                 try:
                     assert slave.ha_client is not None
@@ -111,12 +110,7 @@ def test_a_master_that_lost_data_its_slave_has_is_not_copied_from(
         assert master.ha is not None
         ha_port = master.ha.port
         put(master, 20)
-        slave = broker(
-            tmp_path / "s",
-            broker_role="SLAVE",
-            broker_id=1,
-            ha_master_address=f"127.0.0.1:{ha_port}",
-        )
+        slave = slave_of(tmp_path / "s", f"127.0.0.1:{ha_port}")
         await slave.start()
         assert slave.store is not None and master.store is not None
         top = master.store.commit_log_max_offset
@@ -255,7 +249,7 @@ def test_a_damaged_replication_stream_writes_nothing_damaged(
             cut = True
         fake = ScriptedMaster(frames, cut)
         addr = await fake.start()
-        slave = broker(tmp_path / "s", broker_role="SLAVE", broker_id=1, ha_master_address=addr)
+        slave = slave_of(tmp_path / "s", addr)
         await slave.start()
         try:
             await asyncio.wait_for(fake.served.wait(), 30)
