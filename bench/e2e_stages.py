@@ -175,18 +175,19 @@ class _Timeline:
         return None
 
 
+#: the broker writes a chunk's woken pull answers before its acks
+#: (SendFastPath._settle), so both are followed from the settle
 STAGES = (
     ("stamp", "send_async", "client: stamped -> send_async called"),
     ("send_async", "c_send", "client: send_async -> the send's write"),
     ("c_send", "b_read", "the broker wakes and reads it"),
     ("b_read", "split", "broker: read -> C split"),
     ("split", "settle", "broker: checks, C put -> settle"),
-    ("settle", "b_ack", "broker: settle -> ack written"),
-    ("b_ack", "wake", "broker: ack written -> held pulls woken"),
+    ("settle", "wake", "broker: settle -> held pulls woken"),
     ("wake", "b_pull", "broker: woken -> pull answer written"),
-    ("b_ack", "c_ack", "client: ack written -> ack read"),
-    ("c_ack", "c_pull", "client: ack read -> pull answer read"),
+    ("b_pull", "b_ack", "broker: pull answer written -> ack written"),
     ("b_pull", "c_pull", "client: pull answer written -> read"),
+    ("b_ack", "c_ack", "client: ack written -> ack read"),
     ("c_pull", "pulled", "client: pull answer read -> _pulled"),
     ("pulled", "seen", "client: _pulled -> the listener sees it"),
     ("stamp", "seen", "total"),
@@ -214,14 +215,14 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
             continue
         at["split"] = b.next(at["b_read"], "split")
         at["settle"] = b.next(at["b_read"], "settle")
-        at["b_ack"] = b.next(at["b_read"], "W", b_ack_fd)
-        if at["b_ack"] is None:
+        if at["settle"] is None:
             continue
-        at["wake"] = b.next(at["b_ack"], "wake")
-        at["b_pull"] = b.next(at["b_ack"], "W", b_pull_fd)
+        at["wake"] = b.next(at["settle"], "wake")
+        at["b_pull"] = b.next(at["settle"], "W", b_pull_fd)
+        at["b_ack"] = b.next(at["settle"], "W", b_ack_fd)
+        if at["b_pull"] is None or at["b_pull"] > seen_at or at["b_ack"] is None:
+            continue
         at["c_ack"] = c.next(at["b_ack"], "R", c_send_fd)
-        if at["b_pull"] is None or at["b_pull"] > seen_at:
-            continue
         at["c_pull"] = c.next(at["b_pull"], "R", c_pull_fd)
         if at["c_pull"] is not None:
             at["pulled"] = c.next(at["c_pull"], "pulled")
