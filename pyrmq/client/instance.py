@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from pyrmq.acl.signing import AclClientRPCHook, credentials_hook
-from pyrmq.client.api import MQClientAPI
+from pyrmq.client.api import DEFAULT_TOPIC, MQClientAPI
 from pyrmq.common.errors import RMQError
 from pyrmq.common.message import MessageQueue, local_ip
 from pyrmq.common.route import MASTER_ID, TopicRouteData
@@ -32,6 +32,19 @@ from pyrmq.remoting import Connection, RemotingClient, RemotingCommand, RequestC
 log = logging.getLogger("pyrmq.client")
 
 _instance_seq = itertools.count(1)
+
+#: the first look at every route, this long after start (at most the poll
+#: interval)
+FIRST_ROUTE_REFRESH = 3.0
+#: a topic a member uses that has no route yet (a consumer subscribed before
+#: anything created it, or started before the broker registered the topic it
+#: auto-created) is asked for within a second, again after
+#: MISSING_ROUTE_RETRY, then twice as long each time up to
+#: MISSING_ROUTE_RETRY_MAX: Kafka's retry.backoff.ms and retry.backoff.max.ms
+#: defaults. Without it, such a topic waited for the next refresh: 3 s after
+#: start, then poll_name_server_interval (30 s), as RocketMQ's clients do.
+MISSING_ROUTE_RETRY = 0.1
+MISSING_ROUTE_RETRY_MAX = 1.0
 
 
 def split_namesrv_addr(namesrv_addr: str | Sequence[str] | None) -> list[str]:
@@ -215,15 +228,54 @@ class ClientInstance:
                 log.exception("%s: route change of %s", self.client_id, topic)
 
     async def _route_refresh_loop(self) -> None:
-        await asyncio.sleep(min(3.0, self.poll_name_server_interval))
+        """Every route again each poll_name_server_interval (the first time
+        FIRST_ROUTE_REFRESH after start). Between those, at least once a
+        second (MISSING_ROUTE_RETRY_MAX), the topics that have no route yet:
+        each is asked for after MISSING_ROUTE_RETRY, then twice as long each
+        time while it has none."""
+        loop = asyncio.get_running_loop()
+        every = self.poll_name_server_interval
+        next_all = loop.time() + min(FIRST_ROUTE_REFRESH, every)
+        first_retry = min(MISSING_ROUTE_RETRY, every)
+        retry = first_retry
         while True:
-            topics = {t for m in self.members for t in m.topics_of_interest()}
+            pause = retry if self._missing_routes() else MISSING_ROUTE_RETRY_MAX
+            now = loop.time()
+            await asyncio.sleep(max(0.0, min(next_all - now, pause, every)))
+            every_route = loop.time() >= next_all
+            if every_route:
+                topics = self._topics_of_interest()
+                next_all = loop.time() + every
+            else:
+                topics = self._missing_routes()
             for topic in sorted(topics):
                 try:
                     await self.update_topic_route(topic)
                 except RMQError as e:
-                    log.warning("%s: route of %s not refreshed: %s", self.client_id, topic, e)
-            await asyncio.sleep(self.poll_name_server_interval)
+                    # said once a refresh of every route, not at each retry
+                    log.log(
+                        logging.WARNING if every_route else logging.DEBUG,
+                        "%s: route of %s not refreshed: %s",
+                        self.client_id,
+                        topic,
+                        e,
+                    )
+            if topics and self._missing_routes():
+                retry = min(retry * 2, MISSING_ROUTE_RETRY_MAX, every)
+            else:
+                retry = first_retry
+
+    def _topics_of_interest(self) -> set[str]:
+        return {t for m in self.members for t in m.topics_of_interest()}
+
+    def _missing_routes(self) -> set[str]:
+        """The topics the members use that have no route, but the default
+        topic (TBW102): it exists only where the brokers auto-create topics,
+        and a producer keeps it among its topics anyway, to find every
+        broker (as RocketMQ's producer does)."""
+        return {
+            t for t in self._topics_of_interest() if t not in self.routes and t != DEFAULT_TOPIC
+        }
 
     def find_broker_addr(self, broker_name: str, only_master: bool = True) -> str | None:
         addrs = self.broker_addr_table.get(broker_name)

@@ -20,6 +20,7 @@ from typing import Any
 from pyrmq import (
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
+    Message,
     MessageExt,
     MessageModel,
     MessageQueue,
@@ -29,6 +30,7 @@ from pyrmq import (
 )
 from pyrmq.broker.subscription_group import SubscriptionGroupConfig
 from pyrmq.client.api import MQClientAPI
+from pyrmq.client.instance import FIRST_ROUTE_REFRESH
 from pyrmq.common.errors import BrokerError, RemotingError
 from pyrmq.remoting import RemotingClient
 
@@ -581,3 +583,37 @@ def test_new_member_makes_the_first_give_up_queues_at_once(arun, tmp_path):
                         }
 
     arun(main(), timeout=30)
+
+
+def test_a_topic_created_after_the_consumer_started_is_consumed_without_the_periodic_refresh(
+    arun, tmp_path
+):
+    """A consumer subscribed to a topic nothing has created yet asks for its
+    route again, backing off to once a second (MISSING_ROUTE_RETRY_MAX), not
+    only at the refresh of every route (FIRST_ROUTE_REFRESH after start, then
+    poll_name_server_interval) or at its periodic rebalance (rebalance_interval):
+    both are far beyond the wait here."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as c:
+            got = Collector()
+            consumer = push(
+                c.namesrv_addr,
+                "G_late",
+                "LateSubT",
+                got,
+                consume_from_where=FIRST,
+                poll_name_server_interval=600,
+                rebalance_interval=600,
+            )
+            producer = Producer("pg_late", c.namesrv_addr)
+            async with running(consumer):
+                # past the first refresh of every route
+                await asyncio.sleep(FIRST_ROUTE_REFRESH + 0.5)
+                async with running(producer):
+                    r = await producer.send(Message("LateSubT", b"late"))  # auto-creates it
+                    assert r.ok
+                    await wait_until(lambda: got.count() >= 1, "the late topic's message", 30)
+            assert got.bodies == ["late"]
+
+    arun(main(), timeout=60)
