@@ -90,6 +90,12 @@ class ClientInstance:
         rpc_hook: AclClientRPCHook | None = None,
     ) -> None:
         """ssl_context: every connection (name servers, brokers) is TLS."""
+        for name, seconds in (
+            ("poll_name_server_interval", poll_name_server_interval),
+            ("heartbeat_broker_interval", heartbeat_broker_interval),
+        ):
+            if not seconds > 0:  # also NaN
+                raise ValueError(f"{name} must be > 0 seconds, got {seconds!r}")
         self.namesrv_addrs = split_namesrv_addr(namesrv_addr)
         self.ssl_context = ssl_context
         #: ACL 1.0: signs every request and answer (module pyrmq.acl.signing);

@@ -540,6 +540,16 @@ def test_delay_level_delivered_after_the_delay(arun, tmp_path):
     arun(main())
 
 
+@pytest.mark.parametrize("setting", ["poll_name_server_interval", "heartbeat_broker_interval"])
+@pytest.mark.parametrize("seconds", [0, -1.0, float("nan")])
+def test_intervals_that_would_spin_the_loop_are_refused_with_what_to_fix(setting, seconds):
+    from pyrmq import PullConsumer, PushConsumer
+
+    for make in (Producer, PushConsumer, PullConsumer):
+        with pytest.raises(ValueError, match=f"{setting} must be > 0 seconds"):
+            make("G_iv", "127.0.0.1:9876", **{setting: seconds})
+
+
 def test_route_refresh_finds_topic_created_later(arun, tmp_path):
     async def main() -> None:
         async with env(
