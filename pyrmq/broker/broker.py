@@ -9,12 +9,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pyrmq.acl import PlainAccessValidator
 from pyrmq.broker import busy_poll
-from pyrmq.broker.busy_poll import BusyPollSelector, LoopPoller, PollWindow
+from pyrmq.broker.busy_poll import PollWindow
 from pyrmq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pyrmq.broker.config import BrokerConfig
 from pyrmq.broker.dedup import DuplicateDetector
@@ -107,10 +106,9 @@ class Broker:
         self._next_publish: asyncio.Task[None] | None = None
         self._started_at = time.time()
         #: the busy poller of the loop the broker runs on (eventLoopBusyPollUs,
-        #: pyrmq/broker/busy_poll.py; found at start), and what it tells of
-        #: polling turned on or off (a LoopPoller: the send processor's on_send)
+        #: pyrmq/broker/busy_poll.py; found at start); the send processor
+        #: touches it as it serves sends
         self.busy_poller: PollWindow | None = None
-        self._poll_watcher: Callable[[bool], None] | None = None
         #: "asyncio" or "uvloop": the event loop the broker runs on (found at start)
         self.event_loop = ""
         #: master or slave, replication, controller mode's role changes
@@ -358,7 +356,7 @@ class Broker:
             tls=self.tls,
         )
         sp = self.send_processor
-        self._poll_after_sends(sp)
+        sp.on_send = self.busy_poller.touch if self.busy_poller is not None else None
         if cfg.send_fast_path_enable:
             sp.fast = server.fast_path = SendFastPath(sp, server, store, self.topics)
             sp.fast.lanes = cfg.send_message_thread_pool_nums - 1
@@ -592,23 +590,6 @@ class Broker:
         )
         log.info("event loop: %s%s", self.event_loop, polls)
 
-    def _poll_after_sends(self, sp: SendMessageProcessor) -> None:
-        """The loop polls after the sends it served: the send processor
-        touches the poller (a LoopPoller's touch() only while polling is on,
-        busy_poll.py)."""
-        poller = self.busy_poller
-        if isinstance(poller, BusyPollSelector):
-            sp.on_send = poller.touch
-        if not isinstance(poller, LoopPoller):
-            return
-
-        def polling(on: bool) -> None:
-            sp.on_send = poller.touch if on else None
-
-        self._poll_watcher = polling
-        poller.watch(polling)
-        polling(bool(poller.max_us))
-
     def _config_changed(self, config: BrokerConfig, keys: set[str]) -> None:
         self.config = config
         if "brokerPermission" in keys:
@@ -722,8 +703,6 @@ class Broker:
     async def shutdown(self) -> None:
         if self.busy_poller is not None:
             self.busy_poller.max_us = 0  # the loop may run on after the broker
-            if isinstance(self.busy_poller, LoopPoller) and self._poll_watcher is not None:
-                self.busy_poller.unwatch(self._poll_watcher)
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

@@ -64,8 +64,8 @@ a loop with a callback ready does not sleep. It starts after the loop has
 served a send (touch()) and stops when the window runs out. The Broker
 takes its loop's poller from poller_for(), sets `max_us` and
 `spare_percent` from broker.conf at start and from updateBrokerConfig
-while it runs, and hands its touch() to the SendMessageProcessor while
-polling is on."""
+while it runs, and hands its touch() to the SendMessageProcessor: with
+polling off, touch() only looks at `max_s`."""
 
 from __future__ import annotations
 
@@ -189,6 +189,11 @@ class PollWindow:
     def _max_changed(self, us: int) -> None:
         """The setting changed to us (0: off)."""
 
+    def touch(self) -> None:
+        """A send is being served (SendMessageProcessor.on_send): the loop
+        may poll once its work is done."""
+        raise NotImplementedError
+
     def may_poll(self, now: float) -> bool:
         """Whether a window may open at `now` (the poller's clock): looks
         again at the spare CPU once SPARE_INTERVAL has passed."""
@@ -274,10 +279,8 @@ class LoopPoller(PollWindow):
     until the window runs out, so the loop polls its sockets with timeout 0
     meanwhile. A send served while it spins is a hit and starts a new
     window; the window adapts as BusyPollSelector's does, an idle period
-    running from the end of the loop's work to the send that ends it. Each
-    function watch()ed is told True or False when polling turns on or off
-    (a Broker hands its touch() to its send processor or takes it back;
-    brokers embedded in one process share their loop's poller)."""
+    running from the end of the loop's work to the send that ends it.
+    Brokers embedded in one process share their loop's poller."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, clock: Callable[[], float] = time.perf_counter
@@ -285,7 +288,6 @@ class LoopPoller(PollWindow):
         super().__init__()
         self._loop = loop
         self._clock = clock
-        self._watchers: list[Callable[[bool], None]] = []
         self._spinning = False
         self._touched = False
         #: when the current window ends (0: the next _spin opens one)
@@ -299,19 +301,10 @@ class LoopPoller(PollWindow):
     def _max_changed(self, us: int) -> None:
         if not us:
             self._idle_since = None
-        for watcher in list(self._watchers):
-            watcher(bool(us))
-
-    def watch(self, watcher: Callable[[bool], None]) -> None:
-        """Tell watcher(on) whenever polling turns on or off."""
-        self._watchers.append(watcher)
-
-    def unwatch(self, watcher: Callable[[bool], None]) -> None:
-        if watcher in self._watchers:
-            self._watchers.remove(watcher)
 
     def touch(self) -> None:
-        """A send is being served: start polling once the loop's work is done."""
+        """A send is being served: start polling once the loop's work is
+        done (off: nothing)."""
         if self._spinning:
             self._touched = True
             return
