@@ -244,8 +244,9 @@ class ClientInstance:
         next_all = loop.time() + min(FIRST_ROUTE_REFRESH, every)
         first_retry = min(MISSING_ROUTE_RETRY, every)
         retry = first_retry
+        missing = self._missing_routes()
         while True:
-            pause = retry if self._missing_routes() else MISSING_ROUTE_RETRY_MAX
+            pause = retry if missing else MISSING_ROUTE_RETRY_MAX
             now = loop.time()
             await asyncio.sleep(max(0.0, min(next_all - now, pause, every)))
             every_route = loop.time() >= next_all
@@ -253,7 +254,7 @@ class ClientInstance:
                 topics = self._topics_of_interest()
                 next_all = loop.time() + every
             else:
-                topics = self._missing_routes()
+                topics = self._missing_routes()  # members may have come meanwhile
             for topic in sorted(topics):
                 try:
                     await self.update_topic_route(topic)
@@ -266,10 +267,12 @@ class ClientInstance:
                         topic,
                         e,
                     )
-            if topics and self._missing_routes():
-                retry = min(retry * 2, MISSING_ROUTE_RETRY_MAX, every)
-            else:
-                retry = first_retry
+            missing = self._missing_routes()
+            retry = (
+                min(retry * 2, MISSING_ROUTE_RETRY_MAX, every)
+                if topics and missing
+                else first_retry
+            )
 
     def _topics_of_interest(self) -> set[str]:
         return {t for m in self.members for t in m.topics_of_interest()}
