@@ -376,6 +376,29 @@ class Connection(asyncio.BufferedProtocol):
             self._flush_out()
             self._out = None
 
+    def cork(self) -> bool:
+        """Hold what is sent from now on, to write it in one go at
+        uncork(): the answers one step makes for this peer leave in one
+        write, so the peer wakes and reads once (SendFastPath._settle: the
+        pulls a chunk of sends woke and the chunk's acks, on a connection
+        that both produces and consumes, as a RocketMQ Java or C++ client's
+        one connection per broker does). False when sends are held already
+        (while _process serves a read, which writes them at its end): then
+        there is nothing to uncork."""
+        if self._out is not None:
+            return False
+        self._out = []
+        self._out_bytes = 0
+        return True
+
+    def uncork(self) -> None:
+        """Write what was held since cork() returned True; sends write at
+        once again."""
+        try:
+            self._flush_out()
+        finally:
+            self._out = None
+
     def _flush_out(self) -> None:
         out = self._out
         if out:

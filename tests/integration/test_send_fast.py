@@ -25,7 +25,7 @@ from pyrmq.remoting.command import FrameDecoder, RemotingCommand
 from pyrmq.storage.config import FlushDiskType
 from pyrmq.testing import LocalCluster
 
-from .helpers import create_topic, props, pull, send_fields, v2, wait_for
+from .helpers import create_topic, props, pull, pull_cmd, send_fields, v2, wait_for
 
 TOPIC = "FastT"
 
@@ -465,6 +465,78 @@ def test_pulls_woken_by_sends_served_in_c_are_answered_at_once(arun, tmp_path):
     arun(main(), timeout=60)
 
 
+def test_a_pull_woken_on_the_sends_own_connection_leaves_in_one_write_with_the_ack(arun, tmp_path):
+    """A client that produces and consumes on one connection (as RocketMQ's
+    Java and C++ clients do, one connection a broker): the pull held there
+    and the send that wakes it are answered in one write, the pull's answer
+    first (Connection.cork in SendFastPath._settle), so the client wakes
+    and reads once a message instead of twice."""
+
+    async def main() -> None:
+        c = LocalCluster(str(tmp_path / "store"))
+        await c.start()
+        p = Peer(c)
+        try:
+            fast = c.broker.server.fast_path
+            assert fast is not None
+            conns: list[Any] = []
+            split = fast.split
+
+            def watched(conn: Any, buf: Any, max_frame: int) -> Any:
+                if not conns:
+                    conns.append(conn)
+                return split(conn, buf, max_frame)
+
+            fast.split = watched  # type: ignore[method-assign]  # before p's connection
+            await p.connect(topic_queues=1)
+            conns.clear()  # the topic's creation came on a connection of its own
+            first = send_fields(TOPIC, 0, props(UNIQ_KEY="first"))
+            a = await p.exchange(RemotingCommand(RC.SEND_MESSAGE, first, b"m0").encode(), False)
+            assert a is not None and a.code == R.SUCCESS, a
+            (conn,) = conns
+            writes: list[bytes] = []
+            write = conn._write
+
+            def recorded(data: bytes) -> None:
+                writes.append(bytes(data))
+                write(data)
+
+            conn._write = recorded
+            assert p.writer is not None and p.reader is not None
+            held = pull_cmd(TOPIC, 0, 1, max_nums=1, sysflag=2 | 4, suspend_ms=15_000)
+            held.opaque = 1001
+            p.writer.write(held.encode())
+
+            async def is_held() -> bool:
+                return c.broker.pull_processor.held_count == 1
+
+            assert await wait_for(is_held, 10), f"the pull was not held; written {writes}"
+            assert writes == []
+            second = RemotingCommand(
+                RC.SEND_MESSAGE, send_fields(TOPIC, 0, props(UNIQ_KEY="second")), b"m1"
+            )
+            second.opaque = 1002
+            p.writer.write(second.encode())
+            got: list[RemotingCommand] = []
+            async with asyncio.timeout(10):
+                while len(got) < 2:
+                    data = await p.reader.read(65536)
+                    assert data, "the broker closed the connection"
+                    got += p.decoder.feed(data)
+            assert [(r.opaque, r.code) for r in got] == [(1001, R.SUCCESS), (1002, R.SUCCESS)]
+            (m,) = rmqcore.decode_records(got[0].body)
+            assert (m["body"], m["queue_offset"]) == (b"m1", 1)
+            assert fast.served == 1, "the second send was not served in C"
+            # one write held both answers
+            assert [[f.opaque for f in FrameDecoder().feed(w)] for w in writes] == [[1001, 1002]]
+        finally:
+            if p.writer is not None:
+                p.writer.close()
+            await c.shutdown()
+
+    arun(main(), timeout=60)
+
+
 def test_stored_sends_are_told_even_when_their_answers_fail(arun, tmp_path):
     """The answers of a chunk served in C go first; if writing them fails,
     the sends are stored all the same, so the bookkeeping after them still
@@ -520,8 +592,10 @@ def test_a_chunk_tells_each_queue_it_reached_once(tmp_path, queues):
         sp.want_touched = True
         frames = b"".join(
             RemotingCommand(
-                RC.SEND_MESSAGE, send_fields(TOPIC, i % queues, props(KEYS=f"k{i}")),
-                b"body %d" % i, opaque=i,
+                RC.SEND_MESSAGE,
+                send_fields(TOPIC, i % queues, props(KEYS=f"k{i}")),
+                b"body %d" % i,
+                opaque=i,
             ).encode()
             for i in range(sends)
         )
