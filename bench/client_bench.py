@@ -68,9 +68,13 @@ def _ok(result: Any) -> bool:
 class PyrmqAdapter:
     """bench._e2e.Adapter for pyrmq's asyncio Producer and consumers."""
 
-    def __init__(self, srv: bl.Server, producer: Producer) -> None:
+    def __init__(self, srv: bl.Server, producer: Producer, one_connection: bool = True) -> None:
         self.srv = srv
         self.p = producer
+        #: the e2e case produces on its consumer's connection (listen())
+        self.one_connection = one_connection
+        #: the producer fire() sends with while a listen() runs on one connection
+        self._fire_with: Producer | None = None
         try:
             v = version("pyrmq")
         except PackageNotFoundError:
@@ -164,12 +168,37 @@ class PyrmqAdapter:
         return clock
 
     async def listen(self, stream: str, probe: LatencyProbe) -> Callable[[], Awaitable[None]]:
+        """A PushConsumer handing each message to probe; fire() then sends
+        with a producer on the consumer's client (one_connection): one
+        connection to the broker for producing and consuming, as a
+        RocketMQ Java or C++ client has in one process (one client
+        instance, one connection a broker) and as the NATS adapter has.
+        The broker answers a send and the pull it woke in one write
+        (bench/README.md, "One connection for producing and consuming")."""
+
         async def listener(msgs: list[Any], ctx: Any) -> None:
             for m in msgs:
                 probe.saw(m.body)
 
         c = await self._push_consumer(f"bench-lat-{stream}", stream, listener)
-        return c.shutdown
+        if not self.one_connection:
+            return c.shutdown
+        p = Producer(f"bench-lat-{stream}", None, client_instance=c.client)
+        try:
+            await p.start()
+        except BaseException:
+            await c.shutdown()
+            raise
+        self._fire_with = p
+
+        async def stop() -> None:
+            self._fire_with = None
+            try:
+                await p.shutdown()
+            finally:
+                await c.shutdown()
+
+        return stop
 
     async def _push_consumer(
         self, group: str, stream: str, listener: Callable[..., Awaitable[None]]
@@ -188,7 +217,7 @@ class PyrmqAdapter:
         return c
 
     def fire(self, stream: str, flow: Flow) -> Callable[[bytes], Awaitable[None]]:
-        send_async = self.p.send_async
+        send_async = (self._fire_with or self.p).send_async
 
         async def send(body: bytes) -> None:
             flow.track(send_async(Message(stream, body)), 1, _ok)

@@ -15,7 +15,9 @@ little above an unstamped run's.
 
 Which connection is which is told by frame sizes: the producer's sends
 are larger than the consumer's pull requests, the broker's pull answers
-(with a 128 B message) larger than its acks.
+(with a 128 B message) larger than its acks. So the producer here has a
+connection of its own, unlike bench.duel's (PyrmqAdapter.listen), where
+it shares the consumer's and a send's ack leaves with the pull answer.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ async def _drive(srv: Any, seconds: float, rate: float) -> list[tuple[int, int]]
 
     seen: list[tuple[int, int]] = []
     async with Producer("bench-e2e-stages", srv.namesrv) as p:
-        a = PyrmqAdapter(srv, p)
+        # two connections: the stages tell them apart by frame sizes
+        a = PyrmqAdapter(srv, p, one_connection=False)
         body = _e2e.body_of(128)
         s = await a.new_stream("stages")
         await a.awaited_send(s, bytes(8) + body[8:])()
