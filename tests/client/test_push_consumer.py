@@ -76,6 +76,41 @@ def test_clustering_delivers_each_message_exactly_once(arun, tmp_path):
     arun(main(), timeout=30)
 
 
+def test_a_producer_on_the_consumers_client_shares_its_one_connection(arun, tmp_path):
+    """Producer(client_instance=consumer.client): one connection to the
+    broker carries the sends, their acks, the pulls and their answers (as
+    a RocketMQ Java client's one connection a broker); every message is
+    delivered once, and the producer's shutdown leaves the consumer's
+    client running."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as c:
+            got = Collector()
+            consumer = push(c.namesrv_addr, "G_one", "OneT", got, consume_from_where=FIRST)
+            bodies = [f"o{i}" for i in range(40)]
+            later = [f"l{i}" for i in range(10)]
+            async with running(consumer):
+                producer = Producer("pg_one", None, client_instance=consumer.client)
+                async with running(producer):
+                    results = [
+                        await producer.send(Message("OneT", b.encode())) for b in bodies[:20]
+                    ]
+                    results += await asyncio.gather(
+                        *(producer.send_async(Message("OneT", b.encode())) for b in bodies[20:])
+                    )
+                    assert all(r.ok for r in results), results
+                    await wait_until(lambda: got.count() >= 40, "40 messages")
+                    assert len(c.broker.server.connections) == 1, c.broker.server.connections
+                other = Producer("pg_other", c.namesrv_addr)
+                async with running(other):
+                    await send_bodies(other, "OneT", later)
+                    await wait_until(lambda: got.count() >= 50, "the 10 sent after")
+                await asyncio.sleep(0.3)  # room for duplicates to show up
+            assert Counter(got.bodies) == Counter(bodies + later)
+
+    arun(main(), timeout=60)
+
+
 def test_failed_pulls_are_retried_and_deliver_once_they_work(arun, tmp_path):
     """A pull that fails reaches the pull loop as its error from the
     answer's read callback, and the loop backs off and pulls again: one the
