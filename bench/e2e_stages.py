@@ -1,6 +1,6 @@
 """Where one message's produce-to-consume time goes, stage by stage.
 
-    python -m bench.e2e_stages [--seconds 4] [--rate 1000] [--dir DIR]
+    python -m bench.e2e_stages [--seconds 4] [--rate 1000] [--connections 1|2] [--dir DIR]
 
 A ``pyrmq standalone`` (ASYNC_FLUSH, on asyncio's loop) and this process, running
 bench._e2e's produce-to-consume case (a Producer's ``send_async`` at a
@@ -13,11 +13,15 @@ among the slowest 1% of the messages (where the tail's time goes;
 bench/README.md, "Produce to consume"). The stamps cost ~1-2 µs each, so the total is a
 little above an unstamped run's.
 
-Which connection is which is told by frame sizes: the producer's sends
-are larger than the consumer's pull requests, the broker's pull answers
-(with a 128 B message) larger than its acks. So the producer here has a
-connection of its own, unlike bench.duel's (PyrmqAdapter.listen), where
-it shares the consumer's and a send's ack leaves with the pull answer.
+Each write is told by what it carries (_write_kind): a send or a pull
+request from the client; a pull answer, an ack, or both in one write
+from the broker. By default the producer rides the consumer's connection,
+as in bench.duel (PyrmqAdapter.listen), and the broker answers a send and
+the pull it woke in one write; ``--connections 2`` gives the producer a
+connection of its own. Stamps from before writes were told apart (every
+write "W") are told by frame sizes instead: the producer's sends are
+larger than the consumer's pull requests, the broker's pull answers (with
+a 128 B message) larger than its acks.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def install(marks: tuple[tuple[str, str, str, str], ...]) -> None:
     write = cls.write
 
     def stamped_write(self: Any, data: Any) -> None:
-        events.append((clock(), "W", len(data), self._sock_fd))
+        events.append((clock(), _write_kind(data), len(data), self._sock_fd))
         write(self, data)
 
     def stamped(read: Any) -> Any:
@@ -83,6 +87,26 @@ def install(marks: tuple[tuple[str, str, str, str], ...]) -> None:
     for module, name, fn, label in marks:
         owner = getattr(importlib.import_module(module), name)
         setattr(owner, fn, _marked(owner.__dict__[fn], label))
+
+
+#: what a write carries (its event's label): the client's requests, the broker's answers
+SEND, PULL, ANSWER, ACK, ANSWER_ACK = "Wsend", "Wpull", "Wanswer", "Wack", "Wanswer+ack"
+
+
+def _write_kind(data: Any) -> str:
+    """A write's label by its first frame's request code (a send: 10, 310
+    or, auto-batched, 320; a pull: 11), or by what its answers carry (a
+    pull answer's nextBeginOffset, a send's msgId); "W" for anything else."""
+    data = bytes(data)
+    head = data[8:20]
+    if head.startswith((b'{"code":310,', b'{"code":10,', b'{"code":320,')):
+        return SEND
+    if head.startswith(b'{"code":11,'):
+        return PULL
+    answer, ack = b'"nextBeginOffset"' in data, b'"msgId"' in data
+    if answer:
+        return ANSWER_ACK if ack else ANSWER
+    return ACK if ack else "W"
 
 
 def _marked(f: Any, label: str) -> Any:
@@ -111,7 +135,9 @@ def broker_main(argv: list[str]) -> None:
     runpy.run_module("pyrmq", run_name="__main__")
 
 
-async def _drive(srv: Any, seconds: float, rate: float) -> list[tuple[int, int]]:
+async def _drive(
+    srv: Any, seconds: float, rate: float, one_connection: bool = True
+) -> list[tuple[int, int]]:
     """The e2e case with the broker's stamps on for its measured part; the
     (received ns, stamped ns) of each message the listener saw."""
     from bench import _e2e
@@ -120,8 +146,7 @@ async def _drive(srv: Any, seconds: float, rate: float) -> list[tuple[int, int]]
 
     seen: list[tuple[int, int]] = []
     async with Producer("bench-e2e-stages", srv.namesrv) as p:
-        # two connections: the stages tell them apart by frame sizes
-        a = PyrmqAdapter(srv, p, one_connection=False)
+        a = PyrmqAdapter(srv, p, one_connection=one_connection)
         body = _e2e.body_of(128)
         s = await a.new_stream("stages")
         await a.awaited_send(s, bytes(8) + body[8:])()
@@ -162,24 +187,46 @@ def _two_fds(events: list[Any]) -> tuple[int, int]:
     return small, large
 
 
+def _labelled(events: list[Any], small: str, large: str) -> list[Any]:
+    """events with each write labelled by what it carries: as stamped, or
+    for stamps where every write is "W", `small` on the fd of the smaller
+    frames and `large` on the other (_two_fds)."""
+    if any(e[1].startswith("W") and e[1] != "W" for e in events):
+        return events
+    small_fd, large_fd = _two_fds(events)
+    names = {small_fd: small, large_fd: large}
+    return [(t, names.get(fd, "W") if k == "W" else k, n, fd) for t, k, n, fd in events]
+
+
+def _fd_of(events: list[Any], kind: str) -> int | None:
+    """The fd most of the `kind` writes went to."""
+    fds = [e[3] for e in events if e[1] == kind]
+    return max(set(fds), key=fds.count) if fds else None
+
+
 class _Timeline:
     def __init__(self, events: list[Any]) -> None:
         self.ev = sorted(tuple(e) for e in events)
         self.t = [e[0] for e in self.ev]
 
-    def next(self, t: int, kind: str, fd: int | None = None, within: int = 5_000_000) -> int | None:
-        """The time of the first `kind` event (on fd) at or after t."""
+    def next(
+        self, t: int, kind: str | tuple[str, ...], fd: int | None = None, within: int = 5_000_000
+    ) -> int | None:
+        """The time of the first event of `kind` (one of them, for a tuple)
+        on fd at or after t."""
+        kinds = (kind,) if isinstance(kind, str) else kind
         for i in range(bisect.bisect_left(self.t, t), len(self.ev)):
             e = self.ev[i]
             if e[0] - t > within:
                 return None
-            if e[1] == kind and (fd is None or e[3] == fd):
+            if e[1] in kinds and (fd is None or e[3] == fd):
                 return int(e[0])
         return None
 
 
-#: the broker writes a chunk's woken pull answers before its acks
-#: (SendFastPath._settle), so both are followed from the settle
+#: the broker writes a chunk's woken pull answers before its acks, or
+#: with them in one write on one connection (SendFastPath._settle), so
+#: both are followed from the settle
 STAGES = (
     ("stamp", "send_async", "client: stamped -> send_async called"),
     ("send_async", "c_send", "client: send_async -> the send's write"),
@@ -200,9 +247,12 @@ STAGES = (
 def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) -> dict[str, Any]:
     """Per stage, the p50, p90 and p99 in µs over the messages followed,
     and the stages of the slowest 1% (_tail)."""
+    client = _labelled(client, PULL, SEND)
+    broker = _labelled(broker, ACK, ANSWER)
     c, b = _Timeline(client), _Timeline(broker)
-    c_pull_fd, c_send_fd = _two_fds(client)
-    b_ack_fd, b_pull_fd = _two_fds(broker)
+    # where the client reads a pull's answer and a send's ack: one fd
+    # when it produces and consumes on one connection
+    c_pull_fd, c_send_fd = _fd_of(client, PULL), _fd_of(client, SEND)
     got: dict[str, list[int]] = defaultdict(list)
     #: (total, {stage: µs}) of every message followed, for the tail
     each: list[tuple[int, dict[str, int]]] = []
@@ -210,7 +260,7 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
     for seen_at, stamp in seen:
         at: dict[str, int | None] = {"stamp": stamp, "seen": seen_at}
         at["send_async"] = c.next(stamp, "send_async")
-        at["c_send"] = c.next(stamp, "W", c_send_fd)
+        at["c_send"] = c.next(stamp, SEND)
         if at["c_send"] is None:
             continue
         at["b_read"] = b.next(at["c_send"], "R")
@@ -221,8 +271,8 @@ def stages(client: list[Any], broker: list[Any], seen: list[tuple[int, int]]) ->
         if at["settle"] is None:
             continue
         at["wake"] = b.next(at["settle"], "wake")
-        at["b_pull"] = b.next(at["settle"], "W", b_pull_fd)
-        at["b_ack"] = b.next(at["settle"], "W", b_ack_fd)
+        at["b_pull"] = b.next(at["settle"], (ANSWER, ANSWER_ACK))
+        at["b_ack"] = b.next(at["settle"], (ACK, ANSWER_ACK))
         if at["b_pull"] is None or at["b_pull"] > seen_at or at["b_ack"] is None:
             continue
         at["c_ack"] = c.next(at["b_ack"], "R", c_send_fd)
@@ -277,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=work_dir, default=tempfile.gettempdir())
     ap.add_argument("--json", help="write the result here too")
     ap.add_argument("--config", help="a broker.conf for the standalone (-c)")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1: the producer rides the consumer's connection (as bench.duel); 2: its own",
+    )
     args = ap.parse_args(argv)
     import bench.broker_load as bl
 
@@ -294,13 +351,18 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["-c", os.path.abspath(args.config)]
     try:
         with bl._spawn("standalone", cmd, workdir) as srv:
-            seen = asyncio.run(_drive(srv, args.seconds, args.rate))
+            seen = asyncio.run(_drive(srv, args.seconds, args.rate, args.connections == 1))
             with open(out) as f:
                 broker = json.load(f)
     finally:
         # the store preallocates its segments: ~2.5 GB left behind a run
         shutil.rmtree(workdir, ignore_errors=True)
-    doc = {"rate": args.rate, "seconds": args.seconds, **stages(EVENTS, broker, seen)}
+    doc = {
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "connections": args.connections,
+        **stages(EVENTS, broker, seen),
+    }
     tail = doc["tail"]
     print(f"{doc['followed']:,} of {doc['messages']:,} messages followed; µs:")
     print(f"  {'stage':48s} {'p50':>8s} {'p90':>8s} {'p99':>8s} {'slowest 1%':>11s}")

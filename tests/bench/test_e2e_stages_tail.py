@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.e2e_stages import STAGES, _tail, stages
+from bench.e2e_stages import STAGES, _tail, _write_kind, stages
+from pyrmq.remoting.codes import RequestCode as RC
+from pyrmq.remoting.command import RemotingCommand
 
 A, B, C = (name for _, _, name in STAGES[:3])
 
@@ -79,3 +81,79 @@ def test_stages_follow_each_message_through_the_pull_answer_written_before_the_a
         "client: _pulled -> the listener sees it": 30.0,
         "total": 190.0,
     }
+
+
+def _one_connection(n: int) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
+    """n messages 1 ms apart, the producer on the consumer's connection
+    (fd 7; the broker's end fd 20), writes labelled as stamped: the woken
+    pull's answer and the ack in one write."""
+    client: list[Any] = []
+    broker: list[Any] = []
+    seen = []
+    for i in range(n):
+        t = (i + 1) * 1_000_000
+        client += [
+            (t + 1_000, "send_async", 0, -1),
+            (t + 30_000, "Wsend", 480, 7),
+            (t + 150_000, "R", 0, 7),  # the pull's answer and the ack
+            (t + 160_000, "pulled", 0, -1),
+            (t + 200_000, "Wpull", 390, 7),  # the next pull
+        ]
+        broker += [
+            (t + 50_000, "R", 0, 20),
+            (t + 55_000, "split", 0, -1),
+            (t + 70_000, "settle", 0, -1),
+            (t + 78_000, "wake", 0, -1),
+            (t + 90_000, "Wanswer+ack", 751, 20),
+            (t + 230_000, "R", 0, 20),  # the next pull arrives
+        ]
+        seen.append((t + 190_000, t))
+    return client, broker, seen
+
+
+def test_stages_follow_each_message_on_one_connection_by_what_each_write_carries():
+    client, broker, seen = _one_connection(5)
+    doc = stages(client, broker, seen)
+    assert doc["followed"] == 5
+    p50 = {name: row["p50_us"] for name, row in doc["stages"].items()}
+    assert p50 == {
+        "client: stamped -> send_async called": 1.0,
+        "client: send_async -> the send's write": 29.0,
+        "the broker wakes and reads it": 20.0,
+        "broker: read -> C split": 5.0,
+        "broker: checks, C put -> settle": 15.0,
+        "broker: settle -> held pulls woken": 8.0,
+        "broker: woken -> pull answer written": 12.0,
+        "broker: pull answer written -> ack written": 0.0,
+        "client: pull answer written -> read": 60.0,
+        "client: ack written -> ack read": 60.0,
+        "client: pull answer read -> _pulled": 10.0,
+        "client: _pulled -> the listener sees it": 30.0,
+        "total": 190.0,
+    }
+
+
+def test_writes_are_told_by_what_they_carry():
+    def frame(code: int, ext: dict[str, str], flag: int = 0) -> bytes:
+        cmd = RemotingCommand(code, ext, b"body")
+        cmd.flag = flag
+        return cmd.encode()
+
+    send_v2 = frame(RC.SEND_MESSAGE_V2, {"a": "group", "b": "T"})
+    send_v1 = frame(RC.SEND_MESSAGE, {"producerGroup": "group", "topic": "T"})
+    batch = frame(RC.SEND_BATCH_MESSAGE, {"a": "group", "b": "T"})
+    pull = frame(RC.PULL_MESSAGE, {"consumerGroup": "g", "queueOffset": "0"})
+    answer = frame(0, {"nextBeginOffset": "2", "minOffset": "0"}, flag=1)
+    ack = frame(0, {"msgId": "AB", "queueOffset": "1"}, flag=1)
+    heartbeat = frame(RC.HEART_BEAT, {})
+    kinds = [_write_kind(f) for f in (send_v2, send_v1, batch, pull, answer, ack, heartbeat)]
+    assert kinds == [
+        "Wsend",
+        "Wsend",
+        "Wsend",
+        "Wpull",
+        "Wanswer",
+        "Wack",
+        "W",
+    ]
+    assert _write_kind(memoryview(answer + ack)) == "Wanswer+ack"
