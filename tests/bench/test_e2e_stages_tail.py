@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.e2e_stages import STAGES, _tail, _write_kind, stages
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.command import RemotingCommand
@@ -32,37 +34,54 @@ def test_tail_of_nothing_followed():
     assert _tail([]) == {"messages": 0, "stages": {}}
 
 
-def _timelines(n: int) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
-    """n messages 1 ms apart, each taking the path the broker writes today:
-    the woken pull's answer (495 B) before the producer's ack (256 B)."""
+def _timelines(
+    n: int, one_connection: bool = False
+) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
+    """n messages 1 ms apart, each taking the path the broker writes today.
+    Two connections (the producer's ends fds 7 and 20, the consumer's 9
+    and 21), stamped as before writes were labelled (each one "W"): the
+    woken pull's answer (495 B) before the producer's ack (256 B). One
+    connection (7 and 20), writes labelled as stamped now: the answer and
+    the ack in one write."""
     client: list[Any] = []
     broker: list[Any] = []
     seen = []
+    consumer_fd, broker_consumer_fd = (7, 20) if one_connection else (9, 21)
     for i in range(n):
         t = (i + 1) * 1_000_000
         client += [
             (t + 1_000, "send_async", 0, -1),
-            (t + 30_000, "W", 480, 7),  # the send
-            (t + 150_000, "R", 0, 9),  # the pull's answer
+            (t + 30_000, "Wsend" if one_connection else "W", 480, 7),
+            (t + 150_000, "R", 0, consumer_fd),  # the pull's answer (and the ack)
             (t + 160_000, "pulled", 0, -1),
-            (t + 170_000, "R", 0, 7),  # the ack
-            (t + 200_000, "W", 390, 9),  # the next pull
+            *([] if one_connection else [(t + 170_000, "R", 0, 7)]),  # the ack
+            (t + 200_000, "Wpull" if one_connection else "W", 390, consumer_fd),  # the next pull
         ]
+        if one_connection:
+            answers = [(t + 90_000, "Wanswer+ack", 751, 20)]
+        else:
+            answers = [(t + 90_000, "W", 495, 21), (t + 110_000, "W", 256, 20)]
         broker += [
             (t + 50_000, "R", 0, 20),
             (t + 55_000, "split", 0, -1),
             (t + 70_000, "settle", 0, -1),
             (t + 78_000, "wake", 0, -1),
-            (t + 90_000, "W", 495, 21),
-            (t + 110_000, "W", 256, 20),
-            (t + 230_000, "R", 0, 21),  # the next pull arrives
+            *answers,
+            (t + 230_000, "R", 0, broker_consumer_fd),  # the next pull arrives
         ]
         seen.append((t + 190_000, t))
     return client, broker, seen
 
 
-def test_stages_follow_each_message_through_the_pull_answer_written_before_the_ack():
-    client, broker, seen = _timelines(5)
+@pytest.mark.parametrize(
+    ("one_connection", "answer_to_ack"),
+    [(False, 20.0), (True, 0.0)],
+    ids=["two connections, by frame sizes", "one connection, by what each write carries"],
+)
+def test_stages_follow_each_message_through_the_pull_answer_written_before_the_ack(
+    one_connection: bool, answer_to_ack: float
+) -> None:
+    client, broker, seen = _timelines(5, one_connection)
     doc = stages(client, broker, seen)
     assert doc["followed"] == 5
     p50 = {name: row["p50_us"] for name, row in doc["stages"].items()}
@@ -74,57 +93,7 @@ def test_stages_follow_each_message_through_the_pull_answer_written_before_the_a
         "broker: checks, C put -> settle": 15.0,
         "broker: settle -> held pulls woken": 8.0,
         "broker: woken -> pull answer written": 12.0,
-        "broker: pull answer written -> ack written": 20.0,
-        "client: pull answer written -> read": 60.0,
-        "client: ack written -> ack read": 60.0,
-        "client: pull answer read -> _pulled": 10.0,
-        "client: _pulled -> the listener sees it": 30.0,
-        "total": 190.0,
-    }
-
-
-def _one_connection(n: int) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
-    """n messages 1 ms apart, the producer on the consumer's connection
-    (fd 7; the broker's end fd 20), writes labelled as stamped: the woken
-    pull's answer and the ack in one write."""
-    client: list[Any] = []
-    broker: list[Any] = []
-    seen = []
-    for i in range(n):
-        t = (i + 1) * 1_000_000
-        client += [
-            (t + 1_000, "send_async", 0, -1),
-            (t + 30_000, "Wsend", 480, 7),
-            (t + 150_000, "R", 0, 7),  # the pull's answer and the ack
-            (t + 160_000, "pulled", 0, -1),
-            (t + 200_000, "Wpull", 390, 7),  # the next pull
-        ]
-        broker += [
-            (t + 50_000, "R", 0, 20),
-            (t + 55_000, "split", 0, -1),
-            (t + 70_000, "settle", 0, -1),
-            (t + 78_000, "wake", 0, -1),
-            (t + 90_000, "Wanswer+ack", 751, 20),
-            (t + 230_000, "R", 0, 20),  # the next pull arrives
-        ]
-        seen.append((t + 190_000, t))
-    return client, broker, seen
-
-
-def test_stages_follow_each_message_on_one_connection_by_what_each_write_carries():
-    client, broker, seen = _one_connection(5)
-    doc = stages(client, broker, seen)
-    assert doc["followed"] == 5
-    p50 = {name: row["p50_us"] for name, row in doc["stages"].items()}
-    assert p50 == {
-        "client: stamped -> send_async called": 1.0,
-        "client: send_async -> the send's write": 29.0,
-        "the broker wakes and reads it": 20.0,
-        "broker: read -> C split": 5.0,
-        "broker: checks, C put -> settle": 15.0,
-        "broker: settle -> held pulls woken": 8.0,
-        "broker: woken -> pull answer written": 12.0,
-        "broker: pull answer written -> ack written": 0.0,
+        "broker: pull answer written -> ack written": answer_to_ack,
         "client: pull answer written -> read": 60.0,
         "client: ack written -> ack read": 60.0,
         "client: pull answer read -> _pulled": 10.0,
