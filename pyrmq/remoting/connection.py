@@ -356,10 +356,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _process(self, cmds: list[RemotingCommand]) -> None:
         """Answers go to their pending requests; requests are served in
-        order, or kept in the backlog while the peer does not read."""
-        out: list[bytes] = []
-        self._out = out
-        self._out_bytes = 0
+        order, or kept in the backlog while the peer does not read. What
+        they send leaves in one write at the end (cork)."""
+        corked = self.cork()
         try:
             for cmd in cmds:
                 if cmd.flag & FLAG_RESPONSE:
@@ -373,18 +372,18 @@ class Connection(asyncio.BufferedProtocol):
                     if self._out_bytes >= OUT_FLUSH_BYTES:
                         self._flush_out()  # may pause writing
         finally:
-            self._flush_out()
-            self._out = None
+            if corked:
+                self.uncork()
 
     def cork(self) -> bool:
         """Hold what is sent from now on, to write it in one go at
         uncork(): the answers one step makes for this peer leave in one
-        write, so the peer wakes and reads once (SendFastPath._settle: the
-        pulls a chunk of sends woke and the chunk's acks, on a connection
-        that both produces and consumes, as a RocketMQ Java or C++ client's
-        one connection per broker does). False when sends are held already
-        (while _process serves a read, which writes them at its end): then
-        there is nothing to uncork."""
+        write, so the peer wakes and reads once (_process: the answers to
+        one read; SendFastPath._settle: the pulls a chunk of sends woke and
+        the chunk's acks, on a connection that both produces and consumes,
+        as a RocketMQ Java or C++ client's one connection per broker does).
+        False when sends are held already: then the step that held them
+        writes them, and there is nothing to uncork."""
         if self._out is not None:
             return False
         self._out = []
