@@ -43,8 +43,11 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import rmqcore
 from bench._args import work_dir
 from bench._e2e import pct
+from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.command import FLAG_RESPONSE, MAX_FRAME, SERIALIZE_JSON
 
 #: (time ns, label, bytes, fd) of everything stamped in this process
 EVENTS: list[tuple[int, str, int, int]] = []
@@ -94,19 +97,37 @@ SEND, PULL, ANSWER, ACK, ANSWER_ACK = "Wsend", "Wpull", "Wanswer", "Wack", "Wans
 
 
 def _write_kind(data: Any) -> str:
-    """A write's label by its first frame's request code (a send: 10, 310
-    or, auto-batched, 320; a pull: 11), or by what its answers carry (a
-    pull answer's nextBeginOffset, a send's msgId); "W" for anything else."""
-    data = bytes(data)
-    head = data[8:20]
-    if head.startswith((b'{"code":310,', b'{"code":10,', b'{"code":320,')):
-        return SEND
-    if head.startswith(b'{"code":11,'):
-        return PULL
-    answer, ack = b'"nextBeginOffset"' in data, b'"msgId"' in data
+    """A write's label by its frames, split as the servers split them
+    (rmqcore.split_frames): a request to send (10, 310 or, auto-batched,
+    320) or to pull (11); answers that carry a pull's nextBeginOffset, a
+    send's msgId, or both; "W" for anything else."""
+    try:
+        frames, _ = rmqcore.split_frames(data, MAX_FRAME)
+    except ValueError:
+        return "W"
+    answer = ack = False
+    for serialize_type, header, _ in frames:
+        if serialize_type != SERIALIZE_JSON:
+            continue
+        code, flag, ext = header[0], header[4], header[6] or {}
+        if not flag & FLAG_RESPONSE:
+            if code in _SEND_CODES:
+                return SEND
+            if code == RequestCode.PULL_MESSAGE:
+                return PULL
+        elif "nextBeginOffset" in ext:
+            answer = True
+        elif "msgId" in ext:
+            ack = True
     if answer:
         return ANSWER_ACK if ack else ANSWER
     return ACK if ack else "W"
+
+
+#: the requests _write_kind labels a send
+_SEND_CODES = frozenset(
+    (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+)
 
 
 def _marked(f: Any, label: str) -> Any:
