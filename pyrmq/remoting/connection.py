@@ -192,6 +192,9 @@ class Connection(asyncio.BufferedProtocol):
         #: a chunk of this connection's frames is being served elsewhere (a
         #: C send thread): its fast path splits nothing more until it is back
         self.split_busy = False
+        #: the splitter returned the frames before one it serves itself and
+        #: left that one and the rest for once those are served (in order)
+        self.split_again = False
         #: while split_busy, the hold on reading taken when too much was kept
         self.split_held: asyncio.Future[None] | None = None
 
@@ -325,23 +328,32 @@ class Connection(asyncio.BufferedProtocol):
         now = self.last_active = time.monotonic()
         first = not self._received_any
         self._received_any = True
-        try:
-            if self._split is not None and not self._backlog and not self._write_paused:
-                cmds = self._decoder.feed(data, self._split)
-            else:
-                cmds = self._decoder.feed(data)
-        except FrameError as e:
-            if first and data[:1] == b"\x16" and not self.tls:
-                self.abort("it starts a TLS handshake; TLS is not enabled here (tls.server.mode)")
-            else:
-                self.abort(f"bad frame: {e}")
-            return
-        if not self._decoder.buffered:
-            self.frame_started = None
-        elif cmds or self.frame_started is None:
-            self.frame_started = now
-        if cmds:
-            self._process(cmds)
+        while True:
+            try:
+                if self._split is not None and not self._backlog and not self._write_paused:
+                    cmds = self._decoder.feed(data, self._split)
+                else:
+                    cmds = self._decoder.feed(data)
+            except FrameError as e:
+                if first and data[:1] == b"\x16" and not self.tls:
+                    self.abort(
+                        "it starts a TLS handshake; TLS is not enabled here (tls.server.mode)"
+                    )
+                else:
+                    self.abort(f"bad frame: {e}")
+                return
+            if not self._decoder.buffered:
+                self.frame_started = None
+            elif cmds or self.frame_started is None:
+                self.frame_started = now
+            if cmds:
+                self._process(cmds)
+            # the splitter stopped before a frame it serves itself (a send
+            # behind a pull): the rest is split now that these are served
+            again, self.split_again = self.split_again, False
+            if not again or not self.is_open:
+                return
+            data = b""
 
     def serve_frames(self, frames: list[tuple[int, Any, bytes]]) -> None:
         """Serve frames its fast path split off earlier and handed back
@@ -449,6 +461,12 @@ class Connection(asyncio.BufferedProtocol):
             self._soon = []
             self._loop.call_soon(self._flush_soon)
             self.send_bytes(frame)
+            return
+        if not self._soon and self._out is not None:
+            # held (cork) with the first, nothing queued behind it: it joins
+            # that write, in order, instead of waiting for the loop turn's end
+            self._out.append(frame)
+            self._out_bytes += len(frame)
             return
         self._soon.append(frame)
         self._soon_bytes += len(frame)

@@ -740,3 +740,67 @@ def test_requests_made_in_a_response_callback_leave_in_order(arun):
         return got
 
     assert arun(main()) == [0, 1, 2, 3, 4]
+
+
+def test_requests_made_in_a_response_callback_leave_in_one_write(arun):
+    """Requests made while a read is processed leave in one write at its
+    end, the first with those after it (Connection.cork holds the first;
+    the later ones join it instead of waiting for the loop turn's end):
+    a push consumer's next pull, sent from its answer's read callback, and
+    a send the same read's ack let go (the auto-batcher) reach the broker
+    together, the pull first. Another request is in flight meanwhile (a
+    held pull), so none of them leaves alone at once."""
+
+    async def main() -> tuple[list[list[int]], list[int]]:
+        got: list[int] = []
+        done = asyncio.Event()
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # holds the first request, answers the second, records the rest
+            await _read_frame(reader)
+            _, header, _ = await _read_frame(reader)
+            h = _json_answer(0, header)
+            writer.write(_json_frame({"code": 0, "opaque": h["opaque"], "flag": 1}))
+            while len(got) < 3:
+                _, _, body = await _read_frame(reader)
+                got.append(body[0])
+            done.set()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(lambda: Connection(None), "127.0.0.1", port)
+        writes: list[list[int]] = []
+        write = conn._write
+
+        def recorded(data: bytes) -> None:
+            writes.append([f.body[0] for f in FrameDecoder().feed(bytes(data))])
+            write(data)
+
+        try:
+
+            def frame(i: int, code: int = 10) -> tuple[int, bytes]:
+                op = next_opaque()
+                header = json.dumps({"code": code, "opaque": op, "flag": 0}).encode()
+                return op, _frame(header, bytes([i]))
+
+            def answered(resp: Any, exc: BaseException | None) -> None:
+                for i in range(3):
+                    op, f = frame(i)
+                    conn.request_frame(op, 10, f, 10.0, lambda r, e: None)
+
+            op, f = frame(100, code=11)
+            conn.request_frame(op, 11, f, 10.0, lambda r, e: None)
+            op, f = frame(101)
+            conn.request_frame(op, 10, f, 10.0, answered)
+            conn._write = recorded  # type: ignore[method-assign]
+            await asyncio.wait_for(done.wait(), 30)
+        finally:
+            conn.close()
+            server.close()
+            await server.wait_closed()
+        return writes, got
+
+    writes, got = arun(main())
+    assert got == [0, 1, 2]
+    assert writes == [[0, 1, 2]]
