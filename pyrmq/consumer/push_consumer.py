@@ -44,6 +44,7 @@ from pyrmq.consumer.rebalance import RebalanceImpl, compute_pull_from_where
 from pyrmq.consumer.types import ConsumeFromWhere, MessageModel
 from pyrmq.producer.trace import TraceDispatcher
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from pyrmq.remoting.connection import Connection
 from pyrmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pyrmq.consumer")
@@ -65,6 +66,30 @@ REBALANCE_LATER_DELAY = 0.5
 
 def retry_topic_of(group: str) -> str:
     return f"%RETRY%{group}"
+
+
+class _QueuePuller:
+    """The pull loop of one queue, as its read callbacks see it: the queue,
+    its ProcessQueue, and the pull already sent from the last answer's
+    read callback (PushConsumer._pull_ahead) for the loop to await next."""
+
+    __slots__ = ("ahead", "mq", "pq")
+
+    def __init__(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        self.mq = mq
+        self.pq = pq
+        self.ahead: asyncio.Future[PullResult] | None = None
+
+    def take_ahead(self) -> asyncio.Future[PullResult] | None:
+        ahead, self.ahead = self.ahead, None
+        return ahead
+
+    def cancel_ahead(self) -> None:
+        """The loop ended: a pull sent ahead is no longer awaited (its
+        answer, when it comes, is dropped by _pulled)."""
+        ahead = self.take_ahead()
+        if ahead is not None:
+            ahead.cancel()
 
 
 class PushConsumer(ConsumerBase):
@@ -493,58 +518,90 @@ class PushConsumer(ConsumerBase):
 
     # -- pulling ---------------------------------------------------------------------------
 
+    def _pull_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
+        """How long the pull loop of mq must wait before its next pull: 0
+        when nothing holds it back (the consumer paused, a flow-control
+        threshold passed, an orderly queue not locked, no subscription)."""
+        if self.paused:
+            return 1.0
+        if (
+            pq.msg_count > self.pull_threshold_for_queue
+            or pq.msg_size > self.pull_threshold_size_for_queue
+            or (not self.orderly and pq.max_span > self.consume_concurrently_max_span)
+        ):
+            return PULL_TIME_DELAY_WHEN_FLOW_CONTROL
+        if self.orderly and self.message_model is MessageModel.CLUSTERING and not pq.locked:
+            return PULL_TIME_DELAY_WHEN_FLOW_CONTROL * 2
+        if mq.topic not in self.rebalance.subscription_inner:
+            return PULL_TIME_DELAY_WHEN_EXCEPTION
+        return 0.0
+
+    def _send_pull(
+        self, conn: Connection, addr: str, puller: _QueuePuller, offset: int
+    ) -> asyncio.Future[PullResult]:
+        """Send mq's pull from offset on conn; the future of its PullResult
+        (the messages it found are handed over by _pulled before that)."""
+        mq = puller.mq
+        sub = self.rebalance.subscription_inner.get(mq.topic)
+        if sub is None:  # unsubscribed while the loop waited for the connection
+            raise ClientError(f"{mq.topic} is no longer subscribed")
+        sys_flag = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
+        commit_offset = 0
+        if self.message_model is MessageModel.CLUSTERING:
+            mem = self.offset_store.memory_offset(mq)
+            if mem > 0:
+                commit_offset = mem
+                sys_flag |= PULL_FLAG_COMMIT_OFFSET
+        pulled: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
+        conn.request_cb(
+            self.client.api.pull_command(
+                mq,
+                consumer_group=self.consumer_group,
+                queue_offset=offset,
+                max_msg_nums=self.pull_batch_size,
+                sys_flag=sys_flag,
+                commit_offset=commit_offset,
+                suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                subscription=sub.sub_string,
+                sub_version=sub.sub_version,
+                expression_type=sub.expression_type,
+            ),
+            CONSUMER_TIMEOUT_WHEN_SUSPEND,
+            functools.partial(self._pulled, pulled, addr, puller, sub),
+        )
+        return pulled
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
-        api = self.client.api
-        clustering = self.message_model is MessageModel.CLUSTERING
+        puller = _QueuePuller(mq, pq)
+        try:
+            await self._pull_queue(puller, next_offset)
+        finally:
+            puller.cancel_ahead()
+
+    async def _pull_queue(self, puller: _QueuePuller, next_offset: int) -> None:
+        mq, pq = puller.mq, puller.pq
         while not pq.dropped:
-            if self.paused:
-                await asyncio.sleep(1.0)
-                continue
-            if (
-                pq.msg_count > self.pull_threshold_for_queue
-                or pq.msg_size > self.pull_threshold_size_for_queue
-                or (not self.orderly and pq.max_span > self.consume_concurrently_max_span)
-            ):
-                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL)
-                continue
-            if self.orderly and clustering and not pq.locked:
-                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL * 2)
-                continue
-            sub = self.rebalance.subscription_inner.get(mq.topic)
-            if sub is None:
-                await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
-                continue
-            sys_flag = PULL_FLAG_SUSPEND | PULL_FLAG_SUBSCRIPTION
-            commit_offset = 0
-            if clustering:
-                mem = self.offset_store.memory_offset(mq)
-                if mem > 0:
-                    commit_offset = mem
-                    sys_flag |= PULL_FLAG_COMMIT_OFFSET
-            addr = self.client.pull_addr(mq)
-            try:
-                if addr is None:
-                    addr = await self.client.pull_addr_or_refresh(mq)
+            pulled = puller.take_ahead()
+            if pulled is None:
+                delay = self._pull_delay(mq, pq)
+                if delay:
+                    await asyncio.sleep(delay)
+                    continue
+                addr = self.client.pull_addr(mq)
+                try:
                     if addr is None:
-                        raise ClientError(f"broker {mq.broker_name} is not in the route")
-                conn = await self.client.remoting.connection(addr)
-                pulled: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
-                conn.request_cb(
-                    api.pull_command(
-                        mq,
-                        consumer_group=self.consumer_group,
-                        queue_offset=next_offset,
-                        max_msg_nums=self.pull_batch_size,
-                        sys_flag=sys_flag,
-                        commit_offset=commit_offset,
-                        suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
-                        subscription=sub.sub_string,
-                        sub_version=sub.sub_version,
-                        expression_type=sub.expression_type,
-                    ),
-                    CONSUMER_TIMEOUT_WHEN_SUSPEND,
-                    functools.partial(self._pulled, pulled, addr, mq, pq, sub),
-                )
+                        addr = await self.client.pull_addr_or_refresh(mq)
+                        if addr is None:
+                            raise ClientError(f"broker {mq.broker_name} is not in the route")
+                    conn = await self.client.remoting.connection(addr)
+                    pulled = self._send_pull(conn, addr, puller, next_offset)
+                except RMQError as e:
+                    if pq.dropped:
+                        return
+                    log.warning("%s: pull of %s failed: %s", self.consumer_group, mq, e)
+                    await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
+                    continue
+            try:
                 result = await pulled
             except RMQError as e:
                 if pq.dropped:
@@ -586,8 +643,7 @@ class PushConsumer(ConsumerBase):
         self,
         pulled: asyncio.Future[PullResult],
         addr: str,
-        mq: MessageQueue,
-        pq: ProcessQueue,
+        puller: _QueuePuller,
         sub: SubscriptionData,
         resp: RemotingCommand | None,
         exc: BaseException | None,
@@ -595,18 +651,20 @@ class PushConsumer(ConsumerBase):
         """A pull's answer, in the read callback that received it: the
         messages found go to the ProcessQueue and to the listener here, so
         the listener's task runs ahead of the pull loop that resumes then
-        to send the next pull (resuming the loop first to hand them over
-        cost a loop turn more of the produce-to-consume latency:
-        bench/README.md, "Produce to consume"); a concurrent listener
-        starts right here (an eager task: pyrmq.common.aio.start_eager).
-        The loop gets the result (msg_found_list: what passed the
-        subscription's filter) or the error."""
+        (resuming the loop first to hand them over cost a loop turn more
+        of the produce-to-consume latency: bench/README.md, "Produce to
+        consume"); a concurrent listener starts right here (an eager task:
+        pyrmq.common.aio.start_eager). Then, if nothing holds the queue
+        back, the next pull leaves from here too (_pull_ahead). The loop
+        gets the result (msg_found_list: what passed the subscription's
+        filter) or the error."""
         if pulled.done():  # the pull loop was cancelled
             return
         if exc is not None or resp is None:
             pulled.set_exception(exc or RemotingError(f"pull from {addr}: no answer"))
             return
         result: PullResult | None = None
+        mq, pq = puller.mq, puller.pq
         try:
             result = self.client.api.pull_result(resp, addr, mq.broker_name)
             if result.pull_status is PullStatus.FOUND and not pq.dropped:
@@ -616,6 +674,7 @@ class PushConsumer(ConsumerBase):
                 if msgs:
                     pq.put_message(msgs)
                     self.consume_service.submit_consume_request(msgs, pq, mq)
+            self._pull_ahead(puller, result)
         except Exception as e:  # the loop re-raises it, as when it decoded the answer itself
             if not pulled.done():
                 pulled.set_exception(e)
@@ -625,6 +684,33 @@ class PushConsumer(ConsumerBase):
             # (its messages are in the ProcessQueue: the loop must go on)
             if result is not None and not pulled.done():
                 pulled.set_result(result)
+
+    def _pull_ahead(self, puller: _QueuePuller, result: PullResult) -> None:
+        """Send the queue's next pull from the read callback that got the
+        last answer when the pull loop would send it at once (nothing holds
+        the queue back, its connection is open); the loop awaits it next
+        (RocketMQ's PullCallback.onSuccess calling
+        executePullRequestImmediately). On a connection that also produces,
+        a send the same read lets go (its ack ends the auto-batcher's wait)
+        follows the pull in one write, and the broker holds the pull before
+        it serves the send: the send wakes it and both answers leave in one
+        write. Sent by the loop a turn later, the pull came after that send,
+        and the message waited for the pull's own round trip
+        (bench/README.md, "A message sent close behind another")."""
+        if (
+            puller.pq.dropped
+            or self.pull_interval
+            or result.pull_status is PullStatus.OFFSET_ILLEGAL
+            or self._pull_delay(puller.mq, puller.pq)
+        ):
+            return
+        self.client.suggest_pull_node(puller.mq, result.suggest_which_broker_id)
+        addr = self.client.pull_addr(puller.mq)
+        conn = None if addr is None else self.client.remoting.open_connection(addr)
+        if addr is None or conn is None:
+            return
+        with contextlib.suppress(RMQError):  # the loop sends it again, and says why it failed
+            puller.ahead = self._send_pull(conn, addr, puller, result.next_begin_offset)
 
     # -- retries ------------------------------------------------------------------------------
 

@@ -127,10 +127,8 @@ def test_failed_pulls_are_retried_and_deliver_once_they_work(arun, tmp_path):
             failed: list[BaseException] = []
             pulled = consumer._pulled
 
-            def watched(
-                fut: Any, addr: str, mq: Any, pq: Any, sub: Any, resp: Any, exc: Any
-            ) -> None:
-                pulled(fut, addr, mq, pq, sub, resp, exc)
+            def watched(fut: Any, addr: str, puller: Any, sub: Any, resp: Any, exc: Any) -> None:
+                pulled(fut, addr, puller, sub, resp, exc)
                 if fut.done() and not fut.cancelled() and fut.exception() is not None:
                     failed.append(fut.exception())
 

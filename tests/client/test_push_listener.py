@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections import Counter
 from typing import Any
 
-from pyrmq import ConsumeConcurrentlyStatus, Message, MessageExt, Producer
+from pyrmq import ConsumeConcurrentlyStatus, Message, MessageExt, MessageQueue, Producer
 
 from ._push import FIRST, cluster, owned, push, running, send_bodies, started_on, wait_until
 
@@ -113,6 +114,61 @@ def test_coroutine_listener_runs_as_its_own_task_whether_it_waits_or_not(arun, t
             assert table == ends
             # every pull answer is handed over in _pulled, the read callback
             assert in_read_callback and all(in_read_callback), in_read_callback
+
+    arun(main(), timeout=60)
+
+
+def test_the_next_pull_leaves_from_the_answers_read_callback_unless_held_back(arun, tmp_path):
+    """After a pull's answer, the next pull of its queue is sent from the
+    read callback that handed the messages over (PushConsumer._pull_ahead),
+    not a loop turn later by the pull loop: the loop sends only each
+    queue's first pull. While the consumer is suspended an answer sends
+    none; the loop pulls again once it is resumed."""
+
+    async def main() -> None:
+        async with cluster(tmp_path) as c:
+            producer = Producer("pg", c.namesrv_addr)
+            got: list[str] = []
+
+            async def listener(msgs: list[MessageExt], ctx: Any) -> None:
+                got.extend(m.body.decode() for m in msgs)
+
+            consumer = push(c.namesrv_addr, "G_ahead", "AheadT", listener, consume_from_where=FIRST)
+            #: (queue, sent from a pull answer's read callback) of every pull
+            sent: list[tuple[MessageQueue, bool]] = []
+            send_pull = consumer._send_pull
+
+            def watched(conn: Any, addr: str, puller: Any, offset: int) -> Any:
+                sent.append((puller.mq, _called_from("_pulled")))
+                return send_pull(conn, addr, puller, offset)
+
+            consumer._send_pull = watched  # type: ignore[method-assign]
+            async with running(producer):
+                await send_bodies(producer, "AheadT", ["m0"])
+                async with running(consumer):
+                    await wait_until(started_on(consumer, "AheadT", 4), "the pulls to start")
+                    for i in range(1, 21):  # one at a time: each woken pull brings one
+                        await producer.send(Message("AheadT", f"m{i}".encode()))
+                    await wait_until(lambda: len(got) >= 21, "every message")
+                    queues = owned(consumer, "AheadT")
+                    mine = [(mq, ahead) for mq, ahead in sent if mq.topic == "AheadT"]
+                    assert Counter(mq for mq, ahead in mine if not ahead) == Counter(queues)
+                    assert sum(ahead for _, ahead in mine) >= 20, mine
+
+                    consumer.suspend()
+                    before = len(sent)
+                    await producer.send(Message("AheadT", b"while-suspended"))
+                    await wait_until(lambda: "while-suspended" in got, "the held pull's answer")
+                    await asyncio.sleep(0.3)  # the loop's turn: it waits, sends nothing
+                    assert len(sent) == before, sent[before:]
+                    consumer.resume()
+                    await wait_until(lambda: len(sent) > before, "a pull after resume()")
+                    assert not sent[before][1], "the loop sends the first pull after resume()"
+                    await producer.send(Message("AheadT", b"after-resume"))
+                    await wait_until(lambda: "after-resume" in got, "a message after resume()")
+            assert sorted(got) == sorted(
+                [f"m{i}" for i in range(21)] + ["while-suspended", "after-resume"]
+            )
 
     arun(main(), timeout=60)
 
