@@ -381,7 +381,9 @@ def run_e2e(
         got = asyncio.run(main())
 
     def median(name: str, key: str) -> float:
-        return round(statistics.median(r[key] for r in got[name]), 4)
+        # NaN: a round without such messages (no close ones)
+        xs = [r[key] for r in got[name] if r[key] == r[key]]
+        return round(statistics.median(xs), 4) if xs else float("nan")
 
     systems = {
         name: {
@@ -389,6 +391,12 @@ def run_e2e(
             "p99_ms_per_round": [r["p99_ms"] for r in rows],
             "median_p50_ms": median(name, "p50_ms"),
             "median_p99_ms": median(name, "p99_ms"),
+            # messages sent close behind the one before (bench._e2e.close_far_fields)
+            "median_close_share": median(name, "close_share"),
+            "median_close_p50_ms": median(name, "close_p50_ms"),
+            "median_close_p99_ms": median(name, "close_p99_ms"),
+            "median_far_p50_ms": median(name, "far_p50_ms"),
+            "median_far_p99_ms": median(name, "far_p99_ms"),
             "received": sum(r["received"] for r in rows),
             "sent": sum(r["sent"] for r in rows),
             "failed": sum(r["failed"] for r in rows),
