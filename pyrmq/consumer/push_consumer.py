@@ -587,21 +587,9 @@ class PushConsumer(ConsumerBase):
                 if delay:
                     await asyncio.sleep(delay)
                     continue
-                addr = self.client.pull_addr(mq)
-                try:
-                    if addr is None:
-                        addr = await self.client.pull_addr_or_refresh(mq)
-                        if addr is None:
-                            raise ClientError(f"broker {mq.broker_name} is not in the route")
-                    conn = await self.client.remoting.connection(addr)
-                    pulled = self._send_pull(conn, addr, puller, next_offset)
-                except RMQError as e:
-                    if pq.dropped:
-                        return
-                    log.warning("%s: pull of %s failed: %s", self.consumer_group, mq, e)
-                    await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
-                    continue
             try:
+                if pulled is None:
+                    pulled = await self._pull_from_loop(puller, next_offset)
                 result = await pulled
             except RMQError as e:
                 if pq.dropped:
@@ -638,6 +626,20 @@ class PushConsumer(ConsumerBase):
                 self.offset_store.update_offset(mq, next_offset, False)
             if self.pull_interval:
                 await asyncio.sleep(self.pull_interval)
+
+    async def _pull_from_loop(
+        self, puller: _QueuePuller, offset: int
+    ) -> asyncio.Future[PullResult]:
+        """A pull the loop sends itself (none was sent ahead): to the
+        queue's broker, its route asked for when it is not known."""
+        mq = puller.mq
+        addr = self.client.pull_addr(mq)
+        if addr is None:
+            addr = await self.client.pull_addr_or_refresh(mq)
+            if addr is None:
+                raise ClientError(f"broker {mq.broker_name} is not in the route")
+        conn = await self.client.remoting.connection(addr)
+        return self._send_pull(conn, addr, puller, offset)
 
     def _pulled(
         self,

@@ -690,6 +690,61 @@ def test_codec_decodes_real_server_answers(arun, tmp_path):
     arun(main())
 
 
+async def _requests_made_in_a_response_callback(
+    n: int, size: int, hold_one: bool
+) -> tuple[list[list[int]], list[int]]:
+    """A peer answers one request (with hold_one, after a first one it
+    never answers: a held pull) and records the first body byte of the n
+    requests made in that answer's callback, each `size` bytes of its
+    number. Returns what the connection wrote after the first requests
+    (each write as the first bytes of its frames) and what the peer got."""
+    got: list[int] = []
+    done = asyncio.Event()
+
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if hold_one:
+            await _read_frame(reader)
+        _, header, _ = await _read_frame(reader)
+        h = _json_answer(0, header)
+        writer.write(_json_frame({"code": 0, "opaque": h["opaque"], "flag": 1}))
+        while len(got) < n:
+            _, _, body = await _read_frame(reader)
+            got.append(body[0])
+        done.set()
+
+    server = await asyncio.start_server(peer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_connection(lambda: Connection(None), "127.0.0.1", port)
+    writes: list[list[int]] = []
+    write = conn._write
+
+    def recorded(data: bytes) -> None:
+        writes.append([f.body[0] for f in FrameDecoder().feed(bytes(data))])
+        write(data)
+
+    def request(i: int, code: int = 10, on_done: Any = lambda r, e: None) -> None:
+        op = next_opaque()
+        header = json.dumps({"code": code, "opaque": op, "flag": 0}).encode()
+        conn.request_frame(op, code, _frame(header, bytes([i]) * size), 10.0, on_done)
+
+    def answered(resp: Any, exc: BaseException | None) -> None:
+        for i in range(n):
+            request(i)
+
+    try:
+        if hold_one:
+            request(100, code=11)
+        request(101, on_done=answered)
+        conn._write = recorded  # type: ignore[method-assign]
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        conn.close()
+        server.close()
+        await server.wait_closed()
+    return writes, got
+
+
 def test_requests_made_in_a_response_callback_leave_in_order(arun):
     """Requests made while a read is processed (a send callback, a push
     consumer's listener started in its pull's callback) leave in the order
@@ -697,49 +752,8 @@ def test_requests_made_in_a_response_callback_leave_in_order(arun):
     first of them waits in the read's answer buffer, the rest must not
     overtake it."""
     big = SOON_FLUSH_BYTES // 2 + 1  # three of these overflow it
-
-    async def main() -> list[int]:
-        got: list[int] = []
-        done = asyncio.Event()
-
-        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            # answers the first request; records the body's first byte of
-            # the others
-            _, header, _ = await _read_frame(reader)
-            h = _json_answer(0, header)
-            writer.write(_json_frame({"code": 0, "opaque": h["opaque"], "flag": 1}))
-            while len(got) < 5:
-                _, _, body = await _read_frame(reader)
-                got.append(body[0])
-            done.set()
-
-        server = await asyncio.start_server(peer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(lambda: Connection(None), "127.0.0.1", port)
-        try:
-
-            def frame(i: int) -> tuple[int, bytes]:
-                op = next_opaque()
-                header = json.dumps({"code": 10, "opaque": op, "flag": 0}).encode()
-                return op, _frame(header, bytes([i]) * big)
-
-            def answered(resp: Any, exc: BaseException | None) -> None:
-                for i in range(5):
-                    op, f = frame(i)
-                    conn.request_frame(op, 10, f, 10.0, lambda r, e: None)
-
-            op0 = next_opaque()
-            first = json.dumps({"code": 10, "opaque": op0, "flag": 0}).encode()
-            conn.request_frame(op0, 10, _frame(first), 10.0, answered)
-            await asyncio.wait_for(done.wait(), 30)
-        finally:
-            conn.close()
-            server.close()
-            await server.wait_closed()
-        return got
-
-    assert arun(main()) == [0, 1, 2, 3, 4]
+    _, got = arun(_requests_made_in_a_response_callback(5, big, hold_one=False))
+    assert got == [0, 1, 2, 3, 4]
 
 
 def test_requests_made_in_a_response_callback_leave_in_one_write(arun):
@@ -750,57 +764,6 @@ def test_requests_made_in_a_response_callback_leave_in_one_write(arun):
     a send the same read's ack let go (the auto-batcher) reach the broker
     together, the pull first. Another request is in flight meanwhile (a
     held pull), so none of them leaves alone at once."""
-
-    async def main() -> tuple[list[list[int]], list[int]]:
-        got: list[int] = []
-        done = asyncio.Event()
-
-        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            # holds the first request, answers the second, records the rest
-            await _read_frame(reader)
-            _, header, _ = await _read_frame(reader)
-            h = _json_answer(0, header)
-            writer.write(_json_frame({"code": 0, "opaque": h["opaque"], "flag": 1}))
-            while len(got) < 3:
-                _, _, body = await _read_frame(reader)
-                got.append(body[0])
-            done.set()
-
-        server = await asyncio.start_server(peer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(lambda: Connection(None), "127.0.0.1", port)
-        writes: list[list[int]] = []
-        write = conn._write
-
-        def recorded(data: bytes) -> None:
-            writes.append([f.body[0] for f in FrameDecoder().feed(bytes(data))])
-            write(data)
-
-        try:
-
-            def frame(i: int, code: int = 10) -> tuple[int, bytes]:
-                op = next_opaque()
-                header = json.dumps({"code": code, "opaque": op, "flag": 0}).encode()
-                return op, _frame(header, bytes([i]))
-
-            def answered(resp: Any, exc: BaseException | None) -> None:
-                for i in range(3):
-                    op, f = frame(i)
-                    conn.request_frame(op, 10, f, 10.0, lambda r, e: None)
-
-            op, f = frame(100, code=11)
-            conn.request_frame(op, 11, f, 10.0, lambda r, e: None)
-            op, f = frame(101)
-            conn.request_frame(op, 10, f, 10.0, answered)
-            conn._write = recorded  # type: ignore[method-assign]
-            await asyncio.wait_for(done.wait(), 30)
-        finally:
-            conn.close()
-            server.close()
-            await server.wait_closed()
-        return writes, got
-
-    writes, got = arun(main())
+    writes, got = arun(_requests_made_in_a_response_callback(3, 1, hold_one=True))
     assert got == [0, 1, 2]
     assert writes == [[0, 1, 2]]
