@@ -300,6 +300,7 @@ class SendChunk:
     answers: bytes
     frames: list[tuple[int, Any, bytes]]
     used: int
+    split_again: bool
     error: str | None
     token: Any
 

@@ -94,14 +94,25 @@ cdef inline int _frame_at(const unsigned char *q, Py_ssize_t avail, Py_ssize_t m
     return FRAME_WHOLE
 
 
+cdef inline bint _json_plain_send(unsigned int stype, object header):
+    """A JSON-headed SEND_MESSAGE (10) or SEND_MESSAGE_V2 (310) request: a
+    frame the C send path may take (_sendpath.pyx serves no other)."""
+    return stype == 0 and (header[0] == 10 or header[0] == 310) and not header[4] & 1
+
+
 cdef tuple _split_from(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
-                       Py_ssize_t max_frame):
+                       Py_ssize_t max_frame, bint *stopped=NULL):
     """The frames of buf[pos:n] as split_frames gives them: (frames, bytes
-    consumed up to, the fault that broke the stream there or None)."""
+    consumed up to, the fault that broke the stream there or None). With
+    stopped, the walk stops before a plain send (_json_plain_send) that
+    follows frames that do not begin with one, and sets stopped[0]: the
+    caller serves those frames, then splits again from the send, which
+    the C send path may then take (SendPath.split)."""
     cdef Py_ssize_t flen = 0, hlen = 0
     cdef unsigned int stype = 0
     cdef int what
     cdef const unsigned char *q
+    cdef bint lead_send = False
     frames = []
     while True:
         q = buf + pos
@@ -112,7 +123,6 @@ cdef tuple _split_from(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
             return frames, pos, f"frame length {flen} outside 4..{max_frame}"
         if what == FRAME_BAD_HEADER_LENGTH:
             return frames, pos, f"header length {hlen} runs past the frame ({flen - 4} bytes)"
-        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
         if stype == 0:
             if hlen == 0:
                 return frames, pos, "empty header"
@@ -122,6 +132,14 @@ cdef tuple _split_from(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
                 return frames, pos, str(e)
         else:
             header = PyBytes_FromStringAndSize(<const char *>q + 8, hlen)
+        if stopped != NULL:
+            # a leading send the C path did not take, it would not take again
+            if not frames:
+                lead_send = _json_plain_send(stype, header)
+            elif not lead_send and _json_plain_send(stype, header):
+                stopped[0] = True
+                return frames, pos, None
+        body = PyBytes_FromStringAndSize(<const char *>q + 8 + hlen, flen - 4 - hlen)
         frames.append((stype, header, body))
         pos += 4 + flen
 

@@ -401,6 +401,9 @@ cdef class SendChunk:
     cdef readonly list frames
     #: bytes of the chunk consumed (taken frames and frames)
     cdef readonly Py_ssize_t used
+    #: frames were left after `frames`, from a send this path may take:
+    #: split again once those are served (SendPath.split)
+    cdef readonly bint split_again
     #: the stream broke after frames were taken here (SendPath.split)
     cdef readonly str error
     #: a chunk served on a C send thread: the token it was submitted with
@@ -488,15 +491,18 @@ cdef class SendPath:
     def split(self, buf, Py_ssize_t max_frame, bytes born_host):
         """split_frames(buf, max_frame), taking here each leading frame the
         C path can serve: a SendChunk whose frames are the others and used
-        the bytes consumed. After the first frame handed back, every later
-        one is handed back too: the requests of a connection are served in
-        order. A frame that breaks the stream raises ValueError as
-        split_frames does, unless frames were taken here before it: they
-        are stored, so split returns and names the fault in error (the
-        caller answers them, then closes)."""
+        the bytes consumed. The requests of a connection are served in
+        order: the frames handed back end before the next send this path
+        may take, and split_again says such a send was left for the next
+        split, once they are served (a pull and a send in one write: the
+        pull is held before the send comes). A frame that breaks the
+        stream raises ValueError as split_frames does, unless frames were
+        taken here before it: they are stored, so split returns and names
+        the fault in error (the caller answers them, then closes)."""
         cdef const unsigned char[::1] mv = buf
         cdef Py_ssize_t n = mv.shape[0]
         cdef sp_out_t *R = &self.inline_out
+        cdef bint stopped = False
         _out_reset(R, self.want_touched)
         if self.core._s != self.S.store:
             self.S.store = NULL  # the core was closed: nothing is taken here
@@ -506,7 +512,9 @@ cdef class SendPath:
         c = _chunk_of(R)
         if R.nomem and not R.handled:
             raise MemoryError()
-        c.frames, c.used, bad = _split_from(&mv[0] if n else NULL, n, R.pos, max_frame)
+        c.frames, c.used, bad = _split_from(&mv[0] if n else NULL, n, R.pos, max_frame,
+                                            &stopped)
+        c.split_again = stopped
         if bad is not None and not R.handled:
             raise ValueError(bad)
         # frames taken here are stored: their answers go out before the

@@ -228,28 +228,6 @@ def _command(frame: tuple[int, Any, bytes]) -> RemotingCommand:
     raise FrameError(f"unknown serialize type {stype}")
 
 
-def frame_code_flag(frame: tuple[int, Any, bytes]) -> tuple[int, int]:
-    """The code and flag of a frame as split_frames gives it, without
-    making its RemotingCommand."""
-    stype, header, _ = frame
-    if stype == SERIALIZE_JSON:
-        return header[0], header[4]
-    code, _, _, _, flag = _BIN_FIXED.unpack_from(header, 0)
-    return code, flag
-
-
-def last_frames_bytes(buf: ReadBytes, end: int, k: int) -> int:
-    """The bytes of the last k of the whole frames that buf[:end] holds
-    (end: where split_frames stopped), read off their length fields."""
-    starts = []
-    pos = 0
-    while pos < end:
-        starts.append(pos)
-        (length,) = _U32.unpack_from(buf, pos)
-        pos += 4 + length
-    return end - starts[-k]
-
-
 def _decode_binary_header(raw: bytes) -> RemotingCommand:
     try:
         code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(raw, 0)

@@ -13,14 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rmqcore
-from pyrmq.remoting.command import (
-    FLAG_RESPONSE,
-    SERIALIZE_JSON,
-    SERIALIZE_ROCKETMQ,
-    RemotingCommand,
-    frame_code_flag,
-    last_frames_bytes,
-)
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 json_scalar = st.one_of(
@@ -219,25 +211,6 @@ def test_split_frames_returns_whole_frames_and_what_it_used():
     assert used == len(a) + len(b)
     assert frames[0] == (0, (10, None, 0, 1, 0, None, {}), b"body-a")
     assert frames[1] == (1, b"\x00\x0a\x01", b"")
-
-
-@pytest.mark.parametrize("stype", [SERIALIZE_JSON, SERIALIZE_ROCKETMQ])
-def test_frame_code_flag_and_last_frames_bytes_read_split_frames(stype):
-    """The code and flag of a split frame, in either serialization, and the
-    bytes of the last k whole frames (where the broker stops handing frames
-    back before a send its C path takes: SendFastPath.split)."""
-    pull = RemotingCommand(11, {"topic": "T"}, serialize_type=stype)
-    pull.opaque = 7
-    answer = RemotingCommand(0, None, b"xyz", serialize_type=stype)
-    answer.flag = FLAG_RESPONSE
-    send = RemotingCommand(310, {"a": "t"}, b"body", serialize_type=stype)
-    wire = [c.encode() for c in (pull, answer, send)]
-    buf = b"".join(wire) + wire[0][:9]
-    frames, used = rmqcore.split_frames(buf, 1 << 24)
-    assert [frame_code_flag(f) for f in frames] == [(11, 0), (0, FLAG_RESPONSE), (310, 0)]
-    assert used == sum(map(len, wire))
-    for k in (1, 2, 3):
-        assert last_frames_bytes(buf, used, k) == sum(map(len, wire[-k:]))
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import rmqcore
 from pyrmq.remoting import RemotingClient
 from pyrmq.remoting.codes import RequestCode as RC
 from pyrmq.remoting.codes import ResponseCode as R
-from pyrmq.remoting.command import FrameDecoder, RemotingCommand
+from pyrmq.remoting.command import SERIALIZE_ROCKETMQ, FrameDecoder, RemotingCommand
 from pyrmq.storage.config import FlushDiskType
 from pyrmq.testing import LocalCluster
 
@@ -617,5 +617,62 @@ def test_a_chunk_tells_each_queue_it_reached_once(tmp_path, queues):
         assert ends == {(TOPIC, q): 5 for q in range(queues)}
         if queues <= 16:
             assert len(chunk.touched) == queues
+    finally:
+        core.close()
+
+
+def test_split_stops_before_a_send_behind_other_frames(tmp_path):
+    """SendPath.split hands back the frames up to the next send it may
+    take (a JSON SEND_MESSAGE / V2 request) and says one was left
+    (split_again); split again, it takes that send. A leading send it did
+    not take (its topic not learned) stops nothing, nor does a send in the
+    binary serialization, which the C path never takes."""
+    core = rmqcore.MessageStoreCore(str(tmp_path / "s"), commit_log_file_size=1 << 20,
+                                    warm_mapped_files=False)  # fmt: skip
+    born = bytes([127, 0, 0, 1, 0, 0, 0x30, 0x39])
+
+    def send_frame(opaque: int, topic: str = TOPIC, binary: bool = False) -> bytes:
+        cmd = RemotingCommand(
+            RC.SEND_MESSAGE, send_fields(topic, 0, props(KEYS=f"k{opaque}")), b"b", opaque=opaque
+        )
+        if binary:
+            cmd.serialize_type = SERIALIZE_ROCKETMQ
+        return cmd.encode()
+
+    def pull_frame(opaque: int) -> bytes:
+        cmd = pull_cmd(TOPIC, 0, 0)
+        cmd.opaque = opaque
+        return cmd.encode()
+
+    def opaques(chunk: Any) -> list[int]:
+        return [c.opaque for c in FrameDecoder.commands(chunk.frames)]
+
+    try:
+        sp = rmqcore.SendPath(core, 4 * 1024 * 1024)
+        sp.learn(TOPIC, 4)
+        parts = [
+            send_frame(1),
+            pull_frame(2),
+            send_frame(3),
+            pull_frame(4),
+            send_frame(5, binary=True),
+            send_frame(6),
+        ]
+        buf = b"".join(parts)
+        first = sp.split(buf, 1 << 26, born)
+        assert (first.handled, opaques(first), first.split_again) == (1, [2], True)
+        assert first.used == len(parts[0]) + len(parts[1])
+        second = sp.split(buf[first.used :], 1 << 26, born)
+        # the binary send is handed back and the JSON one behind it with it:
+        # the split stops only before a send it takes
+        assert (second.handled, opaques(second), second.split_again) == (1, [4, 5], True)
+        third = sp.split(buf[first.used + second.used :], 1 << 26, born)
+        assert (third.handled, opaques(third), third.split_again) == (1, [], False)
+        assert first.used + second.used + third.used == len(buf)
+
+        unlearned = send_frame(7, topic="NotLearnedT") + pull_frame(8) + send_frame(9)
+        rest = sp.split(unlearned, 1 << 26, born)
+        assert (rest.handled, opaques(rest), rest.split_again) == (0, [7, 8, 9], False)
+        assert rest.used == len(unlearned)
     finally:
         core.close()

@@ -50,13 +50,7 @@ from pyrmq.broker.processor.send_answer import (
 from pyrmq.broker.topic_config import TopicConfigManager
 from pyrmq.common.errors import StoreError
 from pyrmq.remoting import RemotingCommand, RequestCode, ResponseCode
-from pyrmq.remoting.command import (
-    FLAG_RESPONSE,
-    FrameDecoder,
-    ReadBytes,
-    frame_code_flag,
-    last_frames_bytes,
-)
+from pyrmq.remoting.command import FrameDecoder, ReadBytes
 from pyrmq.remoting.connection import Connection
 from pyrmq.storage import MessageStore
 
@@ -164,18 +158,11 @@ class SendFastPath:
             self._settle(conn, chunk, t0)
         if chunk.error is not None:
             raise ValueError(chunk.error)
-        frames, used = chunk.frames, chunk.used
-        if len(frames) > 1:
-            # a send behind a pull (a client producing and consuming on one
-            # connection sends the next pull and a send in one write): the
-            # frames before it go back to be served first, it is split again
-            # after them, here, in order (the pull held before the send comes)
-            cut = _before_next_send(frames)
-            if cut:
-                used -= last_frames_bytes(buf, used, len(frames) - cut)
-                frames = frames[:cut]
-                conn.split_again = True
-        return frames, used
+        # a send behind a pull (a client producing and consuming on one
+        # connection sends its next pull and a send in one write): the
+        # frames before it are served first, it is split again after them
+        conn.split_again = chunk.split_again
+        return chunk.frames, chunk.used
 
     # -- the C send threads -------------------------------------------------
 
@@ -386,27 +373,6 @@ class SendFastPath:
             server.observe_many(RequestCode.SEND_MESSAGE, chunk.handled - v2, code, how, us)
         if v2:
             server.observe_many(RequestCode.SEND_MESSAGE_V2, v2, code, how, us)
-
-
-_PLAIN_SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
-
-
-def _is_plain_send(frame: tuple[int, Any, bytes]) -> bool:
-    code, flag = frame_code_flag(frame)
-    return code in _PLAIN_SENDS and not flag & FLAG_RESPONSE
-
-
-def _before_next_send(frames: list[tuple[int, Any, bytes]]) -> int:
-    """Where to stop handing frames back so that the C path gets the next
-    plain send: the index of the first one after a leading frame that is
-    not one (0: nothing to stop for; a leading send the C path did not
-    take, it would not take split again)."""
-    if _is_plain_send(frames[0]):
-        return 0
-    for i in range(1, len(frames)):
-        if _is_plain_send(frames[i]):
-            return i
-    return 0
 
 
 def _each(answers: bytes, change: Callable[[RemotingCommand], RemotingCommand]) -> bytes:
